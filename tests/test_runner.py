@@ -1,0 +1,182 @@
+"""The experiment runner: streaming, isolation, and every way a worker can fail."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import tpu_workbench as wb
+from tpu_workbench.runner import WorkerPool
+
+MLP = wb.ExperimentSpec(model="mlp", mode="lazy", steps=5)
+LONG = MLP.replace(steps=100_000)  # ~20 ms a step: runs for half an hour unless stopped
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = WorkerPool(max_workers=3)
+    yield pool
+    pool.shutdown()
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPU_WORKBENCH_RESULTS", str(tmp_path))
+    return tmp_path
+
+
+def _wait_for_steps(run, n: int) -> list[dict]:
+    got = []
+    for record in run:
+        if record.get("kind") == "step":
+            got.append(record)
+        if len(got) >= n:
+            return got
+    raise AssertionError(f"run ended after {len(got)} steps")
+
+
+def test_import_does_not_load_torch_xla():
+    code = "import sys, tpu_workbench; print('torch_xla' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_run_streams_records_before_the_end(pool, results):
+    run = wb.submit(LONG.replace(steps=400), pool=pool)
+    first = _wait_for_steps(run, 3)
+    assert not run.done, "records must arrive while the run is still going"
+    assert [r["step"] for r in first] == [0, 1, 2]
+    run.cancel()
+    with pytest.raises(wb.RunCancelled):
+        run.result()
+
+
+def test_run_result_and_artifacts(pool, results):
+    result = wb.run(MLP, pool=pool)
+    steps = result.steps
+    assert list(steps["step"]) == [0, 1, 2, 3, 4]
+    assert steps["wall_ms"].gt(0).all()
+    assert steps["loss"].notna().all()
+    assert result.runtime["device_kind"] == "CPU"
+    assert result.summary["n_params"] > 0 and result.summary["mode"] == "lazy"
+    assert result.out_dir == results / result.run_id
+    assert {"steps.csv", "spec.json", "summary.json"} <= set(result.artifacts)
+    assert not list(results.glob("*.partial"))
+
+
+def test_warm_worker_is_reused(pool, results):
+    wb.run(MLP, pool=pool)
+    workers = pool.workers()
+    pid = next(iter(workers.values())).proc.pid
+    second = wb.run(MLP, pool=pool)
+    assert second.runtime["pid"] == pid
+    # Same graph in the same process: served from the in-process compile cache.
+    assert second.steps["compiles"].sum() == 0
+    assert second.steps["cached"].iloc[0] >= 1
+
+
+def test_worker_killed_mid_run(pool, results):
+    run = wb.submit(LONG, pool=pool)
+    _wait_for_steps(run, 3)
+    os.kill(run.worker.proc.pid, signal.SIGKILL)
+    with pytest.raises(wb.WorkerCrashed, match="SIGKILL") as info:
+        run.result()
+    assert len([r for r in info.value.records if r.get("kind") == "step"]) >= 3
+    assert list(results.glob(f"{run.run_id}-failed/steps.csv"))
+    # The caller is still usable: the next run gets a fresh worker.
+    assert wb.run(MLP, pool=pool).steps["step"].max() == 4
+
+
+def test_unknown_xla_flag_is_rejected_before_any_worker_starts(pool):
+    with pytest.raises(wb.SpecError, match="unknown XLA flag '--xla_dump_too=/tmp/x'.*xla_dump_to"):
+        wb.submit(MLP.replace(xla_flags=("--xla_dump_too=/tmp/x",)), pool=pool)
+    with pytest.raises(wb.SpecError, match="malformed XLA flag"):
+        wb.submit(MLP.replace(xla_flags=("xla_dump_to",)), pool=pool)
+
+
+def test_fatal_xla_flag_value_gives_clear_error(pool, results):
+    # A known flag with a value XLA cannot parse passes validation, and aborts the worker.
+    spec = MLP.replace(xla_flags=("--xla_cpu_multi_thread_eigen=notabool",))
+    with pytest.raises(wb.WorkerCrashed, match="SIGABRT.*Couldn't interpret value notabool"):
+        wb.run(spec, pool=pool)
+    assert wb.run(MLP, pool=pool).summary["steps"] == 5  # caller still usable
+
+
+def test_timeout_keeps_partial_records(pool, results):
+    run = wb.submit(LONG, pool=pool, timeout=20)
+    with pytest.raises(wb.RunTimeout, match="did not finish within 20 s") as info:
+        run.result()
+    assert len(info.value.records) > 0  # the worker started and streamed before the deadline
+    assert wb.run(MLP, pool=pool).summary["steps"] == 5
+
+
+def test_cancel_keeps_worker_warm(pool, results):
+    run = wb.submit(LONG, pool=pool)
+    _wait_for_steps(run, 2)
+    pid = run.worker.proc.pid
+    run.cancel()
+    with pytest.raises(wb.RunCancelled) as info:
+        run.result()
+    assert len(info.value.records) >= 2
+    assert run.worker.alive, "a cooperative cancel stops at a step boundary, worker stays warm"
+    assert wb.run(MLP, pool=pool).runtime["pid"] == pid
+
+
+def test_two_device_counts_from_one_parent(pool, results):
+    a = wb.run(MLP.replace(num_devices=2), pool=pool)
+    b = wb.run(MLP.replace(num_devices=4), pool=pool)
+    assert (a.runtime["device_count"], b.runtime["device_count"]) == (2, 4)
+    assert a.runtime["pid"] != b.runtime["pid"]
+    assert a.steps["loss"].tolist() == pytest.approx(b.steps["loss"].tolist(), rel=1e-5)
+
+
+def test_failure_inside_worker_is_reported_and_worker_survives(pool, results):
+    pid = wb.run(MLP, pool=pool).runtime["pid"]
+    with pytest.raises(wb.RunFailed, match="ValueError: unknown task 'nope'") as info:
+        wb.submit(MLP, pool=pool, task="nope").result()
+    assert "Traceback" in info.value.remote_traceback
+    assert wb.run(MLP, pool=pool).runtime["pid"] == pid
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"mode": "jit"}, "unknown mode 'jit'; valid modes: torch_eager"),
+    ({"model": "gpt5"}, "unknown model 'gpt5'; valid models: mlp"),
+    ({"preset": "huge"}, "unknown preset 'huge' for model 'mlp'; valid presets: tiny"),
+    ({"steps": 0}, "steps must be a positive int, got 0"),
+    ({"batch_size": -2}, "batch_size must be a positive int, got -2"),
+    ({"device": "gpu"}, "unknown device 'gpu'"),
+    ({"capture": ("hlo", "flamegraph")}, "unknown capture 'flamegraph'"),
+    ({"mesh": (2, 2)}, "mesh 2x2 has 4 devices but num_devices=8"),
+    ({"mesh": (2, 4), "mode": "torch_eager"}, "needs an XLA mode"),
+    ({"options": {"d_hiden": 3}}, r"unknown option\(s\) \['d_hiden'\]"),
+    ({"options": {"n_classes": 1}}, "n_classes must be at least 2, got 1"),
+])
+def test_bad_specs_are_rejected_before_work(change, match):
+    with pytest.raises(wb.SpecError, match=match):
+        MLP.replace(**change).validate()
+
+
+def test_tpu_asked_for_but_absent_says_why():
+    status = wb.tpu_status()
+    if status.available:
+        pytest.skip("a TPU is present")
+    with pytest.raises(wb.SpecError, match="no TPU can be used: .*What runs instead"):
+        wb.runtime_config(MLP.replace(device="tpu"))
+
+
+def test_interrupted_iteration_cancels_the_run(pool, results):
+    """Interrupting the cell that iterates a run (Ctrl-C, marimo's stop) cancels the run."""
+    run = wb.submit(LONG, pool=pool)
+    _wait_for_steps(run, 1)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in run:
+            pass
+    with pytest.raises(wb.RunCancelled):
+        run.result()
+    assert run.state == "cancelled"

@@ -1,0 +1,108 @@
+"""The ``tpu-workbench`` command line (also ``python -m tpu_workbench``).
+
+Subcommands register themselves in :data:`COMMANDS`: each is a function that adds its arguments
+to a sub-parser and returns the function that runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from . import backends, chips
+from .errors import WorkbenchError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _add_info(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--no-probe", action="store_true",
+                        help="don't start an XLA worker to ask the runtime what it sees")
+    return cmd_info
+
+
+def info_dict(probe_runtime: bool = True) -> dict:
+    """Backend, device kind and count, chip figures, versions, and why no TPU was found."""
+    from .runner import probe
+    from .spec import ExperimentSpec
+
+    info = backends.describe(measure_peak=True)
+    info["chips"] = {name: chip.as_dict() for name, chip in chips.CHIPS.items()}
+    if probe_runtime and info["torch_xla_installed"]:
+        seen = probe(ExperimentSpec(model="mlp", mode="lazy"))
+        info["runtime"] = seen
+        info["backend"] = f"XLA:{seen['device_kind']}"
+        info["device_kind"] = seen["device_kind"]
+        info["device_count"] = seen["device_count"]
+    else:
+        info["backend"] = "torch:cuda" if info["cuda_devices"] else "torch:cpu"
+        info["device_kind"] = "cuda" if info["cuda_devices"] else "cpu"
+        info["device_count"] = max(info["cuda_devices"], 1)
+    if info["tpu"]["available"]:
+        info["peak_flops"] = chips.get_chip(str(info["device_kind"])).peak_flops \
+            if info["device_kind"] else None
+        info["peak_source"] = chips.SOURCE
+    else:
+        info["peak_flops"] = info["host_peak"]["peak_flops"]
+        info["peak_source"] = "measured: best fp32 1024x1024 matmul on this host"
+    info["why_no_tpu"] = None if info["tpu"]["available"] else info["tpu"]["reason"]
+    return info
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    info = info_dict(probe_runtime=not args.no_probe)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    v = info["versions"]
+    rows = [
+        ("backend", info["backend"]),
+        ("devices", f"{info['device_count']} x {info['device_kind']}"),
+        ("TPU", "yes" if info["tpu"]["available"] else f"no: {info['tpu']['reason']}"),
+    ]
+    if not info["tpu"]["available"]:
+        rows.append(("runs instead", info["tpu"]["fallback"]))
+    rows += [
+        ("peak FLOP/s", f"{info['peak_flops'] / 1e9:,.1f} GFLOP/s ({info['peak_source']})"),
+        ("CPU", f"{info['cpu']['model']} ({info['cpu']['cores']} cores)"),
+        ("CUDA devices", str(info["cuda_devices"])),
+    ]
+    rows += [(name, v.get(name) or "not installed")
+             for name in ("torch", "torch_xla", "libtpu", "torch_tpu", "jax", "marimo", "python")]
+    width = max(len(k) for k, _ in rows)
+    print("tpu-workbench info")
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+    print("\nTPU chips (peak figures; source: " + chips.SOURCE + ")")
+    print(chips.chip_table().drop(columns=["source"]).to_string(index=False))
+    return 0
+
+
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
+    "info": ("what can run here: backends, devices, peaks, versions", _add_info),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tpu-workbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add) in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.set_defaults(handler=add(sp))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except WorkbenchError as exc:
+        print(f"tpu-workbench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The training loop that runs inside a worker, in every execution mode.
+
+Runs in the worker process only (it imports torch_xla for XLA modes). One step record is streamed
+per training step, after waiting for the device, with these fields:
+
+============== =============================================================================
+kind           ``"step"``
+step           0-based step index (step 0 includes compilation)
+wall_ms        wall time of the step in ms, measured after the device finished its work
+loss           training loss of the step (read after the clock stopped)
+compiles       new (uncached) XLA compilations during the step (0 for plain PyTorch)
+cached         compilations served from the in-process cache during the step
+compile_ms     XLA compile time spent in the step (ms)
+executions     XLA executions during the step
+============== =============================================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from . import models
+from .spec import MODES, ExperimentSpec
+
+N_BATCHES = 8  # distinct generated batches, cycled through (all moved to the device up front)
+
+
+class XLACounters:
+    """Reads torch_xla's compile/execute counters; ``delta()`` gives the change since last read."""
+
+    def __init__(self) -> None:
+        import torch_xla.debug.metrics as met
+
+        self.met = met
+        self.last = self.read()
+
+    def read(self) -> dict[str, float]:
+        met = self.met
+
+        def total_ms(name: str) -> float:
+            data = met.metric_data(name)
+            return data[1] / 1e6 if data else 0.0
+
+        return {
+            "compiles": met.counter_value("UncachedCompile") or 0,
+            "cached": met.counter_value("CachedCompile") or 0,
+            "compile_ms": total_ms("CompileTime") + total_ms("EagerOpCompileTime"),
+            "executions": (met.counter_value("ExecuteComputation") or 0)
+            + ((met.metric_data("EagerOpExecuteTime") or (0,))[0]),
+        }
+
+    def delta(self) -> dict[str, float]:
+        now = self.read()
+        # torch.compile's openxla bridge clears the counters while it compiles: after a reset
+        # the change is the new value itself.
+        out = {k: now[k] - self.last[k] if now[k] >= self.last[k] else now[k] for k in now}
+        self.last = now
+        return out
+
+
+class NoCounters:
+    """Plain PyTorch has no XLA compiles to count."""
+
+    def delta(self) -> dict[str, float]:
+        return {"compiles": 0, "cached": 0, "compile_ms": 0.0, "executions": 0}
+
+
+def init_optimizer_state(opt: torch.optim.Optimizer) -> None:
+    """Create Adam's state up front, as its first step would, so step 0 and step 1 trace the same
+    graph (otherwise the state appearing at step 1 is a second XLA compilation)."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and not opt.state[p]:
+                opt.state[p] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                }
+
+
+def _to(batch: dict[str, torch.Tensor], device: Any) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
+    """Train per `spec_dict` (an ExperimentSpec as a dict), streaming one record per step."""
+    spec = ExperimentSpec.from_dict(spec_dict)
+    mode = MODES[spec.mode]
+    family = models.get_model(spec.model)
+    cfg = family.config(spec.preset, **spec.options)
+    batch_size = spec.batch_size or family.default_batch_size(cfg)
+
+    torch.manual_seed(spec.seed)
+    model = family.build(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    gen = torch.Generator().manual_seed(spec.seed)
+    cpu_batches = [family.make_batch(cfg, batch_size, gen) for _ in range(min(spec.steps,
+                                                                              N_BATCHES))]
+    eval_batch = family.make_batch(cfg, batch_size, torch.Generator().manual_seed(spec.seed + 1))
+
+    if mode.runtime == "xla":
+        step_fn, device, wait, counters = _xla_setup(spec, family, model)
+    else:
+        step_fn, device, wait, counters = _torch_setup(spec, family, model)
+    batches = [_to(b, device) for b in cpu_batches]
+    wait()
+    counters.delta()  # start counting from here: moving data is not part of a step
+
+    ctx.emit({"kind": "info", "n_params": n_params, "batch_size": batch_size,
+              "device": str(device)})
+    losses = []
+    for step in range(spec.steps):
+        ctx.check_cancel()
+        batch = batches[step % len(batches)]
+        t0 = time.perf_counter()
+        loss = step_fn(batch)
+        wait()
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        counts = counters.delta()
+        loss_value = float(loss.detach().to("cpu"))
+        losses.append(loss_value)
+        ctx.emit({"kind": "step", "step": step, "wall_ms": wall_ms, "loss": loss_value, **counts})
+
+    model.eval()
+    with torch.no_grad():
+        metric = float(family.evaluate(model, _to(eval_batch, device)).to("cpu"))
+    return {
+        "model": spec.model, "preset": spec.preset, "mode": spec.mode, "steps": spec.steps,
+        "batch_size": batch_size, "n_params": n_params,
+        "items_per_step": family.items_per_batch(cfg, batch_size), "item_unit": family.item_unit,
+        "flops_per_step": family.flops_per_step(cfg, batch_size),
+        "metric_name": family.metric_name, "metric": metric,
+        "final_loss": losses[-1] if losses else math.nan, "device": str(device),
+    }
+
+
+def _make_step(family: models.ModelFamily, model: torch.nn.Module,
+               opt: torch.optim.Optimizer) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+    def train_step(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = family.loss(model, batch)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return train_step
+
+
+def _optimizer(spec: ExperimentSpec, family: models.ModelFamily,
+               model: torch.nn.Module) -> torch.optim.Optimizer:
+    # foreach=False: one simple loop per parameter, the same program on every backend.
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr or family.default_lr, foreach=False)
+    init_optimizer_state(opt)
+    return opt
+
+
+def _torch_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn.Module):
+    device = torch.device("cuda" if torch.cuda.is_available() and spec.device != "cpu" else "cpu")
+    model.to(device).train()
+    opt = _optimizer(spec, family, model)
+    step = _make_step(family, model, opt)
+    if spec.mode == "inductor":
+        from .paths import cache_dir
+
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+        step = _make_step(family, torch.compile(model), opt)
+    wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    return step, device, wait, NoCounters()
+
+
+def _xla_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn.Module):
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    device = torch_xla.device()
+    torch_xla.experimental.eager_mode(spec.mode == "eager")
+    model.to(device).train()
+    opt = _optimizer(spec, family, model)
+    step = _make_step(family, model, opt)
+
+    def wait() -> None:
+        xm.wait_device_ops()
+
+    if spec.mode == "lazy":
+        def lazy_step(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            loss = step(batch)
+            torch_xla.sync()
+            return loss
+        fn = lazy_step
+    elif spec.mode == "compile":
+        fn = torch_xla.compile(step, name=f"{spec.model}_train_step")
+    elif spec.mode == "dynamo":
+        compiled = torch.compile(model, backend="openxla")
+        dyn_step = _make_step(family, compiled, opt)
+
+        def dynamo_step(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            loss = dyn_step(batch)
+            torch_xla.sync()  # the optimizer update runs lazily outside the dynamo graphs
+            return loss
+        fn = dynamo_step
+    else:  # eager: every op is compiled (once) and run as it is called
+        fn = step
+    with contextlib.suppress(Exception):
+        torch_xla.sync()
+    return fn, device, wait, XLACounters()

@@ -1,0 +1,79 @@
+"""The small interface every model family offers the runner.
+
+A family knows its size presets, builds a randomly initialised model, generates batches of its
+synthetic task, computes the training loss and an evaluation metric, and counts the analytic
+FLOPs of a training step. Execution modes, HLO capture, sharding and profiling use only this
+interface, so they work on every model with no special cases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ..errors import SpecError
+
+Batch = dict[str, torch.Tensor]
+
+
+class ModelFamily:
+    """Base class of a model family (``mingpt``, ``resnet``, ``unet``, ``mlp``).
+
+    Subclasses set ``name``, ``presets`` (preset name -> config dataclass instance),
+    ``item_unit`` ("tokens", "images", "samples") and ``default_lr``, and implement the methods.
+    """
+
+    name: ClassVar[str]
+    presets: ClassVar[dict[str, Any]]
+    item_unit: ClassVar[str] = "samples"
+    default_lr: ClassVar[float] = 1e-3
+    # Which metric `evaluate` returns and its value for a model that guesses.
+    metric_name: ClassVar[str] = "accuracy"
+
+    def config(self, preset: str, **overrides: Any) -> Any:
+        """The config of `preset` with `overrides` applied, validated (raises SpecError)."""
+        if preset not in self.presets:
+            raise SpecError(f"unknown preset {preset!r} for model {self.name!r}; valid presets: "
+                            f"{', '.join(self.presets)}")
+        base = self.presets[preset]
+        fields = {f.name for f in dataclasses.fields(base)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise SpecError(f"unknown option(s) {unknown} for model {self.name!r}; valid options: "
+                            f"{', '.join(sorted(fields))}")
+        cfg = dataclasses.replace(base, **overrides)
+        self.check_config(cfg)
+        return cfg
+
+    def check_config(self, cfg: Any) -> None:
+        """Raise SpecError for a config that cannot be built (called before building)."""
+
+    def build(self, cfg: Any) -> nn.Module:
+        """A randomly initialised model (the caller seeds torch first)."""
+        raise NotImplementedError
+
+    def make_batch(self, cfg: Any, batch_size: int, generator: torch.Generator) -> Batch:
+        """One batch of the synthetic task as CPU tensors, deterministic given `generator`."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Scalar training loss of `model` on `batch`."""
+        raise NotImplementedError
+
+    def evaluate(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Scalar evaluation metric (a tensor, so it stays on the device until read)."""
+        raise NotImplementedError
+
+    def default_batch_size(self, cfg: Any) -> int:
+        return getattr(cfg, "batch_size", 8)
+
+    def items_per_batch(self, cfg: Any, batch_size: int) -> int:
+        """Items (tokens, images...) one batch holds, for throughput."""
+        return batch_size
+
+    def flops_per_step(self, cfg: Any, batch_size: int) -> float:
+        """Analytic FLOPs of one training step (forward + backward ~ 3x forward matmuls)."""
+        raise NotImplementedError

@@ -1,0 +1,480 @@
+"""Run experiments in worker processes, one warm worker per runtime configuration.
+
+Why a separate process: torch_xla reads ``PJRT_DEVICE``, ``CPU_NUM_DEVICES`` and ``XLA_FLAGS`` once,
+SPMD cannot be switched off, an unknown XLA flag aborts the process and a TPU is locked to one
+process. So the notebook (or CLI) never imports torch_xla; it hands an
+:class:`~tpu_workbench.spec.ExperimentSpec` to a worker whose environment was set before torch_xla
+was imported, and gets records back step by step while the run goes on.
+
+>>> run = submit(ExperimentSpec(model="mlp", mode="lazy", steps=5))   # doctest: +SKIP
+>>> for record in run:            # streamed while the worker trains
+...     print(record["step"], record["wall_ms"])
+>>> result = run.result()         # RunResult: records as a DataFrame, summary, artifacts
+
+A worker that crashes, aborts, hangs past the timeout or is cancelled raises a
+:class:`~tpu_workbench.errors.WorkerError` in the caller, which keeps the records streamed so far;
+the caller's process is never at risk. Results are written to ``results/<run_id>/`` only when the
+run completes (a failed run's records go to ``results/<run_id>-failed/``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RunCancelled, RunFailed, RunTimeout, WorkerCrashed, WorkerError
+from .paths import results_dir
+from .spec import ExperimentSpec, RuntimeConfig, runtime_config
+
+START_TIMEOUT_S = 300.0  # importing torch_xla on a busy 2-core machine can take a while
+DEFAULT_RUN_TIMEOUT_S = 1800.0
+CANCEL_GRACE_S = 10.0  # after this, a run that ignores a cancel has its worker killed
+STDERR_LINES = 200
+# XLA/TSL log lines: "2026-11-29 16:03:03.628607: E external/xla/...cc:109] message"
+_XLA_LOG = re.compile(r"^\S+ \S+: ([IWEF]) \S+\] (.*)$")
+
+
+@dataclass
+class RunResult:
+    """A finished run: its spec, streamed records, summary and where its artifacts are."""
+
+    spec: ExperimentSpec
+    run_id: str
+    runtime: dict[str, Any]
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+    out_dir: Path | None
+    wall_s: float
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def steps(self):
+        """Per-step records as a DataFrame (one row per streamed ``step`` record)."""
+        return records_frame(self.records)
+
+
+def records_frame(records: list[dict[str, Any]]):
+    """Step records as a pandas DataFrame (columns documented in :mod:`tpu_workbench.execution`)."""
+    import pandas as pd
+
+    rows = [r for r in records if r.get("kind", "step") == "step"]
+    return pd.DataFrame(rows)
+
+
+class Worker:
+    """One worker process for one :class:`RuntimeConfig`; serves one run at a time."""
+
+    def __init__(self, config: RuntimeConfig):
+        self.config = config
+        self.info: dict[str, Any] = {}
+        self.stderr_lines: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        # XLA's error and fatal log lines, kept apart: a fatal flag error is followed by a
+        # few hundred lines of flag usage that would push it out of the tail.
+        self.error_lines: collections.deque[str] = collections.deque(maxlen=20)
+        self._current: Run | None = None
+        self._lock = threading.Lock()  # held for the length of a run
+        self._write_lock = threading.Lock()
+        self._ready = threading.Event()
+        self._start_error: dict[str, Any] | None = None
+        env = {**os.environ, **config.env()}
+        if config.runtime != "xla":  # a plain-PyTorch worker must not see XLA settings
+            for key in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_SPMD"):
+                env.pop(key, None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tpu_workbench.worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env, text=True, bufsize=1, start_new_session=True,
+        )
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    # -- process plumbing -------------------------------------------------------------------
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                self.stderr_lines.append(line.rstrip())
+                continue
+            if message.get("type") == "ready":
+                self.info = message["info"]
+                self._ready.set()
+            elif message.get("type") == "error" and message.get("run_id") is None:
+                self._start_error = message
+            elif self._current is not None:
+                self._current._handle(message)
+        self.proc.wait()
+        self._ready.set()  # wake a caller waiting for start-up
+        if self._current is not None:
+            self._current._handle({"type": "_eof"})
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            line = line.rstrip()
+            self.stderr_lines.append(line)
+            match = _XLA_LOG.match(line)
+            if match and match.group(1) in "EF":
+                self.error_lines.append(match.group(2))
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    def stderr_tail(self, n: int = 30) -> str:
+        return "\n".join(list(self.stderr_lines)[-n:])
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
+        """Wait until the runtime is imported; raise WorkerCrashed if the worker died first."""
+        if not self._ready.wait(timeout):
+            self.kill()
+            raise WorkerCrashed(f"worker for {self.config.label()} did not start within "
+                                f"{timeout:.0f} s", stderr_tail=self.stderr_tail())
+        if not self.info:
+            self.proc.wait()
+            raise WorkerCrashed(self.death_message(), stderr_tail=self.stderr_tail())
+        return self.info
+
+    def death_message(self) -> str:
+        """Why the worker died, in words: the signal or exit code and XLA's fatal line if any."""
+        code = self.proc.poll()
+        if code is None:
+            how = "is still running"
+        elif code < 0:
+            how = f"was killed by {signal.Signals(-code).name}"
+        else:
+            how = f"exited with code {code}"
+        text = f"worker process for {self.config.label()} {how}"
+        if self._start_error:
+            text += f" while starting: {self._start_error['etype']}: {self._start_error['message']}"
+        if self.error_lines:
+            text += "; XLA said: " + " / ".join(list(self.error_lines)[:3])
+        elif code == -signal.SIGKILL:
+            text += " (killed from outside, or out of memory)"
+        return text
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self._write_lock:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+
+    def interrupt(self) -> None:
+        """Ask the current run to stop at its next step boundary."""
+        if self.alive:
+            os.kill(self.proc.pid, signal.SIGUSR1)
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started."""
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the worker to exit; kill it if it does not."""
+        if self.alive and not self.busy:
+            try:
+                self.send({"op": "exit"})
+                self.proc.wait(timeout)
+            except (OSError, subprocess.TimeoutExpired, ValueError):
+                pass
+        self.kill()
+
+
+class Run:
+    """A run in progress. Iterate it for streamed records; :meth:`result` waits for the end.
+
+    The worker's reader thread feeds the run, so records accumulate (and a timeout fires) whether
+    or not anybody iterates; any number of threads may iterate or wait.
+    """
+
+    def __init__(self, worker: Worker, spec: ExperimentSpec, task: str, timeout: float,
+                 out_dir: Path | None):
+        self.worker = worker
+        self.spec = spec
+        self.task = task
+        self.run_id = _new_run_id(spec, task)
+        self.records: list[dict[str, Any]] = []
+        self.state = "running"  # running | done | failed | cancelled | timeout | crashed
+        self.error: WorkerError | None = None
+        self.timeout = timeout
+        self._result: RunResult | None = None
+        self._cond = threading.Condition()
+        self._cancel_requested = False
+        self._timed_out = False
+        self._t0 = time.perf_counter()
+        self.final_dir = (out_dir or results_dir()) / self.run_id
+        self.partial_dir = self.final_dir.with_name(self.run_id + ".partial")
+        self._timer = threading.Timer(timeout, self._on_timeout)
+        self._timer.daemon = True
+
+    def _start(self) -> None:
+        self.partial_dir.mkdir(parents=True, exist_ok=True)
+        self.worker._current = self
+        self._timer.start()
+        self.worker.send({"op": "run", "task": self.task, "run_id": self.run_id,
+                          "spec": self.spec.to_dict(), "out_dir": str(self.partial_dir)})
+
+    @property
+    def done(self) -> bool:
+        return self.state != "running"
+
+    # -- fed by the worker's reader thread ---------------------------------------------------
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "record":
+            with self._cond:
+                self.records.append(message["data"])
+                self._cond.notify_all()
+        elif kind == "done":
+            self._finish("done", None, message.get("result") or {})
+        elif kind == "error":
+            self._finish("failed", RunFailed(
+                f"run {self.run_id} failed in the worker: {message['etype']}: {message['message']}",
+                remote_type=message["etype"], remote_traceback=message.get("traceback", "")))
+        elif kind == "cancelled":
+            self._finish("cancelled", RunCancelled(f"run {self.run_id} was cancelled"))
+        elif kind == "_eof":
+            n = len(self.step_records())
+            if self._timed_out:
+                self._finish("timeout", RunTimeout(
+                    f"run {self.run_id} did not finish within {self.timeout:g} s; its worker was "
+                    f"stopped ({n} steps streamed before that)"))
+            elif self._cancel_requested:
+                self._finish("cancelled", RunCancelled(
+                    f"run {self.run_id} was cancelled (its worker did not stop within "
+                    f"{CANCEL_GRACE_S:g} s and was killed; {n} steps streamed before that)"))
+            else:
+                self._finish("crashed", WorkerCrashed(
+                    f"run {self.run_id} lost its worker: {self.worker.death_message()} "
+                    f"({n} steps streamed before that)"))
+
+    def _on_timeout(self) -> None:
+        if self.state == "running":
+            self._timed_out = True
+            self.worker.kill()
+
+    def _finish(self, state: str, error: WorkerError | None,
+                summary: dict[str, Any] | None = None) -> None:
+        self._timer.cancel()
+        wall = time.perf_counter() - self._t0
+        if error is not None:
+            error.records = list(self.records)
+            error.stderr_tail = self.worker.stderr_tail()
+            self._save(self.final_dir.with_name(self.run_id + "-failed"), {"error": str(error)})
+        else:
+            self._save(self.final_dir, summary or {})
+            self._result = RunResult(self.spec, self.run_id, dict(self.worker.info), self.records,
+                                     summary or {}, self.final_dir, wall,
+                                     artifacts=_artifacts(self.final_dir))
+        self.worker._current = None
+        if self.worker._lock.locked():
+            self.worker._lock.release()
+        with self._cond:
+            self.error = error
+            self.state = state
+            self._cond.notify_all()
+
+    def _save(self, target: Path, summary: dict[str, Any]) -> None:
+        """Write records, spec and summary next to the worker's artifacts, then publish the
+        folder under its final name in one rename (so no reader sees it half-written)."""
+        try:
+            self.partial_dir.mkdir(parents=True, exist_ok=True)
+            (self.partial_dir / "spec.json").write_text(json.dumps(self.spec.to_dict(), indent=2))
+            (self.partial_dir / "summary.json").write_text(
+                json.dumps(summary, indent=2, default=str))
+            frame = records_frame(self.records)
+            if len(frame):
+                frame.to_csv(self.partial_dir / "steps.csv", index=False)
+            if target.exists():
+                shutil.rmtree(target)
+            self.partial_dir.rename(target)
+        except OSError as exc:  # a full disk must not hide the run's own outcome
+            self.worker.stderr_lines.append(f"[runner] could not save results to {target}: {exc}")
+
+    # -- for callers -------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Yield each record as the worker streams it; raise the run's error at the end."""
+        i = 0
+        try:
+            while True:
+                with self._cond:
+                    while i >= len(self.records) and self.state == "running":
+                        self._cond.wait(0.5)
+                    new = self.records[i:]
+                    finished = self.state != "running"
+                i += len(new)
+                yield from new
+                if finished and i >= len(self.records):
+                    break
+        except KeyboardInterrupt:  # the notebook interrupted the cell: stop the run too
+            self.cancel()
+            raise
+        if self.error is not None:
+            raise self.error
+
+    def step_records(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("kind", "step") == "step"]
+
+    def steps_frame(self):
+        """Records streamed so far, as a DataFrame (handy for live charts)."""
+        return records_frame(self.records)
+
+    def cancel(self) -> None:
+        """Ask the run to stop at its next step; kill the worker if it has not within the grace."""
+        if self.state != "running" or self._cancel_requested:
+            return
+        self._cancel_requested = True
+        self.worker.interrupt()
+
+        def _kill_if_still_running() -> None:
+            if self.state == "running":
+                self.worker.kill()
+
+        timer = threading.Timer(CANCEL_GRACE_S, _kill_if_still_running)
+        timer.daemon = True
+        timer.start()
+
+    def result(self) -> RunResult:
+        """Wait for the end of the run; return its result or raise its error."""
+        try:
+            with self._cond:
+                while self.state == "running":
+                    self._cond.wait(0.5)
+        except KeyboardInterrupt:
+            self.cancel()
+            raise
+        if self.error is not None:
+            raise self.error
+        assert self._result is not None
+        return self._result
+
+
+def _new_run_id(spec: ExperimentSpec, task: str) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    what = f"{spec.model}-{spec.mode}" if task == "train" else task
+    return f"{stamp}-{what}-{uuid.uuid4().hex[:6]}"
+
+
+def _artifacts(folder: Path) -> dict[str, str]:
+    if not folder.is_dir():
+        return {}
+    return {p.relative_to(folder).as_posix(): str(p) for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+class WorkerPool:
+    """Warm workers, one per runtime configuration, at most `max_workers` alive at once."""
+
+    def __init__(self, max_workers: int = 3):
+        self.max_workers = max_workers
+        self._workers: collections.OrderedDict[RuntimeConfig, Worker] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def worker(self, config: RuntimeConfig) -> Worker:
+        """The live worker for `config`, started (and waited for) if needed."""
+        with self._lock:
+            worker = self._workers.get(config)
+            if worker is None or not worker.alive:
+                self._evict_idle()
+                worker = Worker(config)
+                self._workers[config] = worker
+            self._workers.move_to_end(config)
+        worker.wait_ready()
+        return worker
+
+    def _evict_idle(self) -> None:
+        for config, worker in list(self._workers.items()):
+            if not worker.alive:
+                del self._workers[config]
+        while len(self._workers) >= self.max_workers:
+            idle = [c for c, w in self._workers.items() if not w.busy]
+            if not idle:
+                break
+            self._workers.pop(idle[0]).stop()
+
+    def workers(self) -> dict[RuntimeConfig, Worker]:
+        return dict(self._workers)
+
+    def shutdown(self) -> None:
+        """Stop every worker."""
+        with self._lock:
+            for worker in self._workers.values():
+                worker.stop()
+            self._workers.clear()
+
+
+_POOL: WorkerPool | None = None
+
+
+def default_pool() -> WorkerPool:
+    """The process-wide pool (stopped at interpreter exit)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = WorkerPool()
+        atexit.register(_POOL.shutdown)
+    return _POOL
+
+
+def submit(spec: ExperimentSpec, *, timeout: float = DEFAULT_RUN_TIMEOUT_S,
+           pool: WorkerPool | None = None, out_dir: Path | None = None,
+           task: str = "train") -> Run:
+    """Validate `spec`, get a warm worker for its runtime and start the run; return at once.
+
+    Blocks only while the worker is busy with an earlier run (or starting up).
+    """
+    if not (isinstance(timeout, int | float) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    spec.validate()
+    config = runtime_config(spec)
+    worker = (pool or default_pool()).worker(config)
+    worker._lock.acquire()
+    if not worker.alive:  # died while we waited for it
+        worker._lock.release()
+        raise WorkerCrashed(worker.death_message(), stderr_tail=worker.stderr_tail())
+    run = Run(worker, spec, task, timeout, out_dir)
+    try:
+        run._start()
+    except BaseException:
+        worker._current = None
+        worker._lock.release()
+        raise
+    return run
+
+
+def run(spec: ExperimentSpec, on_record: Callable[[dict[str, Any]], None] | None = None,
+        **kwargs: Any) -> RunResult:
+    """Run `spec` to the end, calling `on_record` for each streamed record; see :func:`submit`."""
+    handle = submit(spec, **kwargs)
+    for record in handle:
+        if on_record is not None:
+            on_record(record)
+    return handle.result()
+
+
+def probe(spec: ExperimentSpec | None = None, pool: WorkerPool | None = None) -> dict[str, Any]:
+    """What the worker runtime for `spec` really sees (device kind, count...), from a worker."""
+    spec = spec or ExperimentSpec(mode="lazy")
+    worker = (pool or default_pool()).worker(runtime_config(spec.validate()))
+    return dict(worker.info)

@@ -1,0 +1,215 @@
+"""What to run: :class:`ExperimentSpec`, its validation, and the runtime it needs.
+
+A spec is plain data (it crosses the process boundary as JSON). :meth:`ExperimentSpec.validate`
+checks every field before any worker starts or anything compiles, and raises :class:`SpecError`
+naming the bad value and what would be valid. :func:`runtime_config` maps a spec onto the
+:class:`RuntimeConfig` of the worker process that can run it: specs with equal runtime configs
+share one warm worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import backends
+from .errors import SpecError
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way of executing a training step."""
+
+    name: str
+    runtime: str  # "xla" (torch_xla), "torch" (plain PyTorch), "torch_tpu" (TorchTPU)
+    description: str
+
+
+MODES: dict[str, Mode] = {m.name: m for m in [
+    Mode("torch_eager", "torch", "plain PyTorch, eager (the baseline)"),
+    Mode("inductor", "torch", "plain PyTorch, torch.compile with the default inductor backend"),
+    Mode("eager", "xla", "torch_xla eager mode: every op compiled and run on its own"),
+    Mode("lazy", "xla", "torch_xla lazy tensors: one graph per step, cut by torch_xla.sync()"),
+    Mode("compile", "xla", "torch_xla.compile of the whole train step"),
+    Mode("dynamo", "xla", "torch.compile(backend='openxla')"),
+]}
+
+CAPTURES = ("hlo", "profile")
+DEVICES = ("auto", "cpu", "tpu", "cuda")
+MAX_CPU_DEVICES = 64
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """The process-wide settings of a worker: what torch_xla reads once, at import.
+
+    Two specs with the same RuntimeConfig can share a warm worker (and its compile cache).
+    """
+
+    runtime: str  # "xla" | "torch"
+    device: str  # "cpu" | "tpu" | "cuda"
+    num_devices: int = 1
+    spmd: bool = False
+    xla_flags: tuple[str, ...] = ()
+
+    def env(self) -> dict[str, str]:
+        """Environment variables the worker must see before it imports torch_xla."""
+        env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TPU_WORKBENCH_WORKER": "1"}
+        if self.runtime == "xla":
+            env["PJRT_DEVICE"] = self.device.upper()
+            if self.device == "cpu":
+                env["CPU_NUM_DEVICES"] = str(self.num_devices)
+            if self.xla_flags:
+                env["XLA_FLAGS"] = " ".join(self.xla_flags)
+            if self.spmd:
+                env["XLA_USE_SPMD"] = "1"
+        return env
+
+    def label(self) -> str:
+        """Short human-readable name, e.g. ``xla:cpu x8 spmd``."""
+        text = f"{self.runtime}:{self.device}"
+        if self.runtime == "xla":
+            text += f" x{self.num_devices}"
+        if self.spmd:
+            text += " spmd"
+        if self.xla_flags:
+            text += " " + " ".join(self.xla_flags)
+        return text
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """One experiment: train `model`/`preset` for `steps` steps in execution `mode`.
+
+    Fields:
+        model, preset: a model family and one of its size presets (see ``tpu_workbench.models``).
+        mode: one of :data:`MODES` (``torch_eager``, ``inductor``, ``eager``, ``lazy``,
+            ``compile``, ``dynamo``).
+        steps: training steps to run (the first one includes compilation).
+        batch_size: None for the preset's default.
+        seed: seeds the weights and the generated data.
+        device: ``auto`` (TPU if one is free, else CPU), ``cpu``, ``tpu`` or ``cuda``.
+        num_devices: virtual XLA:CPU devices (8 = a v6e-8 host). Ignored on a TPU.
+        mesh, strategy: SPMD device mesh shape and sharding strategy (sharding issue).
+        xla_flags: extra ``XLA_FLAGS``, e.g. ``("--xla_cpu_use_thunk_runtime=true",)``.
+        capture: artifacts to capture in the worker: ``hlo``, ``profile``.
+        options: model-config overrides, e.g. ``{"n_layer": 2}``.
+        lr: learning rate (None for the model's default).
+    """
+
+    model: str = "mingpt"
+    preset: str = "tiny"
+    mode: str = "compile"
+    steps: int = 20
+    batch_size: int | None = None
+    seed: int = 0
+    device: str = "auto"
+    num_devices: int = backends.DEFAULT_CPU_DEVICES
+    mesh: tuple[int, ...] | None = None
+    strategy: str | None = None
+    xla_flags: tuple[str, ...] = ()
+    capture: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    lr: float | None = None
+
+    def replace(self, **changes: Any) -> ExperimentSpec:
+        """A copy with some fields changed (validated again when run)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["mesh"] = list(self.mesh) if self.mesh else None
+        d["xla_flags"] = list(self.xla_flags)
+        d["capture"] = list(self.capture)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExperimentSpec:
+        d = dict(d)
+        if d.get("mesh") is not None:
+            d["mesh"] = tuple(d["mesh"])
+        for key in ("xla_flags", "capture"):
+            if key in d:
+                d[key] = tuple(d[key])
+        return cls(**d)
+
+    def validate(self) -> ExperimentSpec:
+        """Check every field; raise :class:`SpecError` naming the bad value. Returns self."""
+        from . import models  # imports torch (not torch_xla)
+
+        if self.mode not in MODES:
+            raise SpecError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
+        family = models.get_model(self.model)  # raises SpecError for an unknown model
+        family.config(self.preset, **self.options)  # raises for a bad preset or option
+        _positive_int("steps", self.steps)
+        if self.batch_size is not None:
+            _positive_int("batch_size", self.batch_size)
+        if not isinstance(self.seed, int):
+            raise SpecError(f"seed must be an int, got {self.seed!r}")
+        if self.device not in DEVICES:
+            raise SpecError(f"unknown device {self.device!r}; valid: {', '.join(DEVICES)}")
+        _positive_int("num_devices", self.num_devices)
+        if self.num_devices > MAX_CPU_DEVICES:
+            raise SpecError(f"num_devices={self.num_devices} is more than the "
+                            f"{MAX_CPU_DEVICES} virtual devices XLA:CPU is tested with")
+        for c in self.capture:
+            if c not in CAPTURES:
+                raise SpecError(f"unknown capture {c!r}; valid: {', '.join(CAPTURES)}")
+        if self.lr is not None and not (isinstance(self.lr, int | float) and self.lr > 0):
+            raise SpecError(f"lr must be a positive number, got {self.lr!r}")
+        if self.mesh is not None:
+            if MODES[self.mode].runtime != "xla":
+                raise SpecError(f"mesh={self.mesh} needs an XLA mode (SPMD); mode {self.mode!r} "
+                                "runs on plain PyTorch")
+            if not self.mesh or any(not isinstance(n, int) or n <= 0 for n in self.mesh):
+                raise SpecError(f"mesh must be a tuple of positive ints like (2, 4), got "
+                                f"{self.mesh!r}")
+            if math.prod(self.mesh) != self.num_devices:
+                raise SpecError(
+                    f"mesh {'x'.join(map(str, self.mesh))} has {math.prod(self.mesh)} devices but "
+                    f"num_devices={self.num_devices}; use a mesh whose sizes multiply to "
+                    f"{self.num_devices} or set num_devices={math.prod(self.mesh)}")
+        from .xla_flags import validate_xla_flags
+
+        validate_xla_flags(self.xla_flags)
+        return self
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise SpecError(f"{name} must be a positive int, got {value!r}")
+
+
+def resolve_device(runtime: str, requested: str) -> str:
+    """Pick the concrete device for a runtime; explain why if a TPU was asked for and is absent."""
+    if runtime == "xla":
+        if requested == "cuda":
+            raise SpecError("device='cuda' is not offered for XLA modes here; use 'cpu' or 'tpu'")
+        status = backends.tpu_status()
+        if requested == "tpu" and not status.available:
+            raise SpecError(f"device='tpu' was asked for but no TPU can be used: {status.reason}. "
+                            f"What runs instead with device='auto' or 'cpu': {status.fallback}.")
+        if requested == "auto":
+            return "tpu" if status.available else "cpu"
+        return requested
+    if requested == "tpu":
+        raise SpecError("device='tpu' needs an XLA mode (eager, lazy, compile, dynamo); "
+                        "torch_eager and inductor run on plain PyTorch (cpu or cuda)")
+    if requested == "cuda" and backends.cuda_devices() == 0:
+        raise SpecError("device='cuda' was asked for but PyTorch sees no CUDA device; use 'cpu'")
+    if requested == "auto":
+        return "cuda" if backends.cuda_devices() else "cpu"
+    return requested
+
+
+def runtime_config(spec: ExperimentSpec) -> RuntimeConfig:
+    """The worker configuration that can run `spec` (validates the spec's device first)."""
+    mode = MODES[spec.mode]
+    device = resolve_device(mode.runtime, spec.device)
+    if mode.runtime == "xla":
+        n = spec.num_devices if device == "cpu" else 0  # 0: all chips the TPU host has
+        return RuntimeConfig("xla", device, n, spmd=spec.mesh is not None,
+                             xla_flags=tuple(spec.xla_flags))
+    return RuntimeConfig("torch", device)
