@@ -50,3 +50,81 @@ def loss_curves(steps: pd.DataFrame) -> alt.Chart:
                 color=alt.Color("mode:N", scale=MODE_COLORS), tooltip=["mode", "step", "loss"])
         .properties(title="training loss (the same in every mode)", width=520, height=200)
     )
+
+
+def steady_times(summary: pd.DataFrame) -> alt.LayerChart:
+    """Steady-state step time per mode: median bar with a p10-p90 spread.
+
+    Columns: ``mode``, ``steady_median_ms``, ``steady_p10_ms``, ``steady_p90_ms``.
+    """
+    _require(summary, ["mode", "steady_median_ms", "steady_p10_ms", "steady_p90_ms"],
+             "steady_times")
+    base = alt.Chart(summary).encode(y=alt.Y("mode:N", sort="x", title=None))
+    bars = base.mark_bar().encode(
+        x=alt.X("steady_median_ms:Q", title="steady step time (ms): median, p10-p90"),
+        color=alt.Color("mode:N", scale=MODE_COLORS, legend=None),
+        tooltip=["mode", alt.Tooltip("steady_median_ms:Q", format=".2f"),
+                 alt.Tooltip("steady_p10_ms:Q", format=".2f"),
+                 alt.Tooltip("steady_p90_ms:Q", format=".2f")])
+    spread = base.mark_rule(strokeWidth=2).encode(x="steady_p10_ms:Q", x2="steady_p90_ms:Q")
+    return (bars + spread).properties(title="steady state (after step 0)", width=420)
+
+
+def first_vs_steady(summary: pd.DataFrame) -> alt.LayerChart:
+    """First step (with compilation) against the steady median, per mode, on a log scale: the
+    length of each bar is what compiling cost. Columns: ``mode``, ``first_step_ms``,
+    ``steady_median_ms``.
+    """
+    _require(summary, ["mode", "first_step_ms", "steady_median_ms"], "first_vs_steady")
+    long = summary.melt(id_vars=["mode"], value_vars=["first_step_ms", "steady_median_ms"],
+                        var_name="which", value_name="ms")
+    long["which"] = long["which"].map({"first_step_ms": "first step (compile)",
+                                       "steady_median_ms": "steady median"})
+    x = alt.X("ms:Q", scale=alt.Scale(type="log"), title="ms per step (log scale)")
+    span = alt.Chart(summary).mark_rule(strokeWidth=3, color="#bbb").encode(
+        y=alt.Y("mode:N", title=None),
+        x=alt.X("steady_median_ms:Q", scale=alt.Scale(type="log")), x2="first_step_ms:Q")
+    dots = alt.Chart(long).mark_circle(size=120, opacity=1).encode(
+        y=alt.Y("mode:N", title=None), x=x, color=alt.Color("which:N", title=None),
+        tooltip=["mode", "which", alt.Tooltip("ms:Q", format=",.1f")])
+    return (span + dots).properties(title="what the first step costs", width=420)
+
+
+def compiles_per_mode(summary: pd.DataFrame) -> alt.Chart:
+    """Compilations per mode: in total and in steady state (should be 0).
+
+    Columns: ``mode``, ``compiles_total``, ``compiles_steady``.
+    """
+    _require(summary, ["mode", "compiles_total", "compiles_steady"], "compiles_per_mode")
+    long = summary.melt(id_vars=["mode"], value_vars=["compiles_total", "compiles_steady"],
+                        var_name="which", value_name="compiles")
+    long["which"] = long["which"].str.replace("compiles_", "")
+    return (
+        alt.Chart(long)
+        .mark_bar()
+        .encode(y=alt.Y("mode:N", title=None), yOffset="which:N",
+                x=alt.X("compiles:Q", title="XLA compilations (inductor: graphs)"),
+                color=alt.Color("which:N", title=None,
+                                scale=alt.Scale(domain=["total", "steady"],
+                                                range=["#4c78a8", "#e45756"])),
+                tooltip=["mode", "which", "compiles"])
+        .properties(title="compilations", width=420)
+    )
+
+
+def recompile_timeline(compiles: pd.DataFrame, steps: int | None = None) -> alt.Chart:
+    """Each XLA compilation as a mark at its step, one row per mode; tooltips give the cause.
+
+    Columns: ``mode``, ``step``, ``explanation`` (and ``cause``, ``frame`` for tooltips).
+    """
+    _require(compiles, ["mode", "step", "explanation"], "recompile_timeline")
+    x = alt.X("step:Q", title="step", scale=alt.Scale(domain=[0, steps]) if steps else alt.Scale())
+    return (
+        alt.Chart(compiles)
+        .mark_tick(thickness=3, size=22)
+        .encode(x=x, y=alt.Y("mode:N", title=None),
+                color=alt.condition("datum.step > 0", alt.value("#e45756"), alt.value("#4c78a8")),
+                tooltip=["mode", "step", "explanation", "cause", "frame"])
+        .properties(title="when XLA compiled (red: after step 0, i.e. a recompilation)",
+                    width=520)
+    )

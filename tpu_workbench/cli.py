@@ -27,12 +27,11 @@ def _add_info(parser: argparse.ArgumentParser) -> Handler:
 def info_dict(probe_runtime: bool = True) -> dict:
     """Backend, device kind and count, chip figures, versions, and why no TPU was found."""
     from .runner import probe
-    from .spec import ExperimentSpec
 
     info = backends.describe(measure_peak=True)
     info["chips"] = {name: chip.as_dict() for name, chip in chips.CHIPS.items()}
     if probe_runtime and info["torch_xla_installed"]:
-        seen = probe(ExperimentSpec(model="mlp", mode="lazy"))
+        seen = probe()
         info["runtime"] = seen
         info["backend"] = f"XLA:{seen['device_kind']}"
         info["device_kind"] = seen["device_kind"]
@@ -81,8 +80,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench(parser: argparse.ArgumentParser) -> Handler:
+    from . import bench
+
+    bench.add_arguments(parser)
+    return bench.run
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
     "info": ("what can run here: backends, devices, peaks, versions", _add_info),
+    "bench": ("compare execution modes: steps.csv, summary.csv and charts", _add_bench),
 }
 
 

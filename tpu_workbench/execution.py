@@ -13,6 +13,10 @@ cached         compilations served from the in-process cache during the step
 compile_ms     XLA compile time spent in the step (ms)
 executions     XLA executions during the step
 ============== =============================================================================
+
+For every XLA compilation a ``kind="compile"`` record follows its step's record: ``step``,
+``cause`` (torch_xla's words), ``explanation`` (ours), ``graph_hash``, ``inputs``, ``outputs`` and
+``frame`` (the Python line that triggered it); see :mod:`tpu_workbench.recompiles`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 import torch
 
 from . import models
+from .recompiles import CompileLog
 from .spec import MODES, ExperimentSpec
 
 N_BATCHES = 8  # distinct generated batches, cycled through (all moved to the device up front)
@@ -66,10 +71,29 @@ class XLACounters:
 
 
 class NoCounters:
-    """Plain PyTorch has no XLA compiles to count."""
+    """Plain PyTorch eager compiles nothing."""
 
     def delta(self) -> dict[str, float]:
         return {"compiles": 0, "cached": 0, "compile_ms": 0.0, "executions": 0}
+
+
+class DynamoCounters(NoCounters):
+    """torch.compile (inductor): counts the graphs Dynamo captured and compiled."""
+
+    def __init__(self) -> None:
+        from torch._dynamo.utils import counters
+
+        self.counters = counters
+        self.last = self._graphs()
+
+    def _graphs(self) -> int:
+        return int(self.counters["stats"]["unique_graphs"])
+
+    def delta(self) -> dict[str, float]:
+        now = self._graphs()
+        out = {**super().delta(), "compiles": now - self.last}
+        self.last = now
+        return out
 
 
 def init_optimizer_state(opt: torch.optim.Optimizer) -> None:
@@ -101,16 +125,22 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     model = family.build(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     gen = torch.Generator().manual_seed(spec.seed)
-    cpu_batches = [family.make_batch(cfg, batch_size, gen) for _ in range(min(spec.steps,
-                                                                              N_BATCHES))]
+    n_batches = min(spec.steps, N_BATCHES)
+    cpu_batches = [family.make_batch(cfg, batch_size, gen) for _ in range(n_batches)]
+    changed = []  # batches of the new shape, for change="batch_size"
+    if spec.change == "batch_size":
+        changed = [family.make_batch(cfg, 2 * batch_size, gen) for _ in range(n_batches)]
     eval_batch = family.make_batch(cfg, batch_size, torch.Generator().manual_seed(spec.seed + 1))
 
+    hooks = _ChangeHooks(spec.change)
     if mode.runtime == "xla":
-        step_fn, device, wait, counters = _xla_setup(spec, family, model)
+        step_fn, device, wait, counters = _xla_setup(spec, family, model, hooks)
     else:
-        step_fn, device, wait, counters = _torch_setup(spec, family, model)
+        step_fn, device, wait, counters = _torch_setup(spec, family, model, hooks)
     batches = [_to(b, device) for b in cpu_batches]
+    changed = [_to(b, device) for b in changed]
     wait()
+    compile_log = _compile_log() if mode.runtime == "xla" else CompileLog(None)
     counters.delta()  # start counting from here: moving data is not part of a step
 
     ctx.emit({"kind": "info", "n_params": n_params, "batch_size": batch_size,
@@ -118,7 +148,9 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     losses = []
     for step in range(spec.steps):
         ctx.check_cancel()
-        batch = batches[step % len(batches)]
+        hooks.active = spec.change is not None and step >= spec.change_at
+        source = changed if hooks.active and changed else batches
+        batch = source[step % len(source)]
         t0 = time.perf_counter()
         loss = step_fn(batch)
         wait()
@@ -127,6 +159,8 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
         loss_value = float(loss.detach().to("cpu"))
         losses.append(loss_value)
         ctx.emit({"kind": "step", "step": step, "wall_ms": wall_ms, "loss": loss_value, **counts})
+        for event in compile_log.new_events():
+            ctx.emit({"kind": "compile", "step": step, **event})
 
     model.eval()
     with torch.no_grad():
@@ -141,11 +175,40 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _make_step(family: models.ModelFamily, model: torch.nn.Module,
-               opt: torch.optim.Optimizer) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+_COMPILE_LOG: CompileLog | None = None
+
+
+def _compile_log() -> CompileLog:
+    """One log follower per worker, so explanations can compare with every earlier graph."""
+    global _COMPILE_LOG
+    if _COMPILE_LOG is None:
+        _COMPILE_LOG = CompileLog(os.environ.get("PT_XLA_DEBUG_FILE"))
+    return _COMPILE_LOG
+
+
+class _ChangeHooks:
+    """The in-step part of ``spec.change`` ("item", "keep_tensor"), switched on at change_at."""
+
+    def __init__(self, change: str | None):
+        self.change = change
+        self.active = False
+        self.kept: list[torch.Tensor] = []
+
+    def after_loss(self, loss: torch.Tensor) -> None:
+        if not self.active:
+            return
+        if self.change == "item":
+            loss.item()  # reading a value mid-step forces XLA to run what was traced so far
+        elif self.change == "keep_tensor":
+            self.kept[:] = [loss.detach() * 2]  # one more live tensor: a new graph output
+
+
+def _make_step(family: models.ModelFamily, model: torch.nn.Module, opt: torch.optim.Optimizer,
+               hooks: _ChangeHooks) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
     def train_step(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
         loss = family.loss(model, batch)
+        hooks.after_loss(loss)
         loss.backward()
         opt.step()
         return loss
@@ -161,21 +224,27 @@ def _optimizer(spec: ExperimentSpec, family: models.ModelFamily,
     return opt
 
 
-def _torch_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn.Module):
+def _torch_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn.Module,
+                 hooks: _ChangeHooks):
     device = torch.device("cuda" if torch.cuda.is_available() and spec.device != "cpu" else "cpu")
     model.to(device).train()
     opt = _optimizer(spec, family, model)
-    step = _make_step(family, model, opt)
+    counters: NoCounters = NoCounters()
     if spec.mode == "inductor":
         from .paths import cache_dir
 
+        # Set before the first compile: inductor reads it when it first builds code.
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
-        step = _make_step(family, torch.compile(model), opt)
+        step = _make_step(family, torch.compile(model), opt, hooks)
+        counters = DynamoCounters()
+    else:
+        step = _make_step(family, model, opt, hooks)
     wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    return step, device, wait, NoCounters()
+    return step, device, wait, counters
 
 
-def _xla_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn.Module):
+def _xla_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn.Module,
+               hooks: _ChangeHooks):
     import torch_xla
     import torch_xla.core.xla_model as xm
 
@@ -183,7 +252,7 @@ def _xla_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn
     torch_xla.experimental.eager_mode(spec.mode == "eager")
     model.to(device).train()
     opt = _optimizer(spec, family, model)
-    step = _make_step(family, model, opt)
+    step = _make_step(family, model, opt, hooks)
 
     def wait() -> None:
         xm.wait_device_ops()
@@ -198,7 +267,7 @@ def _xla_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn
         fn = torch_xla.compile(step, name=f"{spec.model}_train_step")
     elif spec.mode == "dynamo":
         compiled = torch.compile(model, backend="openxla")
-        dyn_step = _make_step(family, compiled, opt)
+        dyn_step = _make_step(family, compiled, opt, hooks)
 
         def dynamo_step(batch: dict[str, torch.Tensor]) -> torch.Tensor:
             loss = dyn_step(batch)

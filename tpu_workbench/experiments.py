@@ -42,6 +42,20 @@ class Comparison:
     def ok(self) -> bool:
         return not self.errors
 
+    @property
+    def summary(self) -> pd.DataFrame:
+        """One row per finished run: timing, compiles, throughput, MFU (see timing.py)."""
+        from .timing import summarize_results
+
+        return summarize_results(self.results)
+
+    @property
+    def compiles(self) -> pd.DataFrame:
+        """Every XLA compilation of the finished runs, with its cause."""
+        from .timing import compile_events
+
+        return compile_events(self.results)
+
 
 def label(spec: ExperimentSpec) -> str:
     """Short name of a spec in charts and tables, e.g. ``mingpt/tiny/compile``."""
@@ -62,45 +76,46 @@ def labelled_steps(spec: ExperimentSpec, records: list[dict[str, Any]],
 def run_many(specs: Sequence[ExperimentSpec],
              on_update: Callable[[pd.DataFrame, ExperimentSpec, int], None] | None = None,
              every_s: float = 0.5, pool: WorkerPool | None = None,
-             timeout: float | None = None) -> Comparison:
+             timeout: float | None = None, cold: bool = False) -> Comparison:
     """Run `specs` in order; call ``on_update(steps_so_far, spec, steps_done)`` at most every
     `every_s` seconds (and after each run) while they go on. A failed run is recorded in
     ``Comparison.errors`` with its partial records, and the next spec still runs.
+
+    ``cold=True`` gives every run a fresh worker, so its first step pays the full compile (a warm
+    worker serves graphs it compiled before, for any mode, from its cache).
     """
     for spec in specs:  # bad input fails before anything runs
         spec.validate()
     out = Comparison()
-    done_frames: list[pd.DataFrame] = []
-    steps_done = 0
+    done: list[pd.DataFrame] = []  # step frames of the runs that ended
+    kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+
+    def update(spec: ExperimentSpec, live: pd.DataFrame | None = None) -> None:
+        if on_update is not None:
+            frame = _concat(done + ([live] if live is not None else []))
+            on_update(frame, spec, len(frame))
+
     for spec in specs:
-        kwargs: dict[str, Any] = {"pool": pool}
-        if timeout is not None:
-            kwargs["timeout"] = timeout
+        own_pool = WorkerPool(max_workers=1) if cold else None
         try:
-            run = submit(spec, **kwargs)
-        except WorkbenchError as exc:
-            out.errors[label(spec)] = exc
-            continue
-        last = 0.0
-        try:
-            for record in run:
-                if record.get("kind") == "step":
-                    steps_done += 1
-                now = time.monotonic()
-                if on_update is not None and now - last >= every_s:
-                    last = now
-                    live = labelled_steps(spec, run.records, run.run_id)
-                    on_update(_concat(done_frames + [live]), spec, steps_done)
+            run = submit(spec, pool=own_pool or pool, **kwargs)
+            last = 0.0
+            for _ in run:
+                if time.monotonic() - last >= every_s:
+                    last = time.monotonic()
+                    update(spec, labelled_steps(spec, run.records, run.run_id))
             result = run.result()
             out.results.append(result)
-            done_frames.append(labelled_steps(spec, result.records, result.run_id))
+            done.append(labelled_steps(spec, result.records, result.run_id))
         except WorkbenchError as exc:
             out.errors[label(spec)] = exc
-            partial = labelled_steps(spec, getattr(exc, "records", []), run.run_id)
+            partial = labelled_steps(spec, getattr(exc, "records", []), getattr(exc, "run_id", ""))
             out.partial.append(partial)
-            done_frames.append(partial)
-        if on_update is not None:
-            on_update(_concat(done_frames), spec, steps_done)
+            done.append(partial)
+        finally:
+            if own_pool is not None:
+                own_pool.shutdown()
+        update(spec)
     return out
 
 

@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -92,7 +93,13 @@ class Worker:
         self._ready = threading.Event()
         self._start_error: dict[str, Any] | None = None
         env = {**os.environ, **config.env()}
-        if config.runtime != "xla":  # a plain-PyTorch worker must not see XLA settings
+        if config.runtime == "xla":
+            # torch_xla explains each compilation (cause, graph, Python frame) in this file.
+            fd, self.debug_file = tempfile.mkstemp(prefix="tpu_workbench_xla_", suffix=".log")
+            os.close(fd)
+            env.update(PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=self.debug_file)
+        else:  # a plain-PyTorch worker must not see XLA settings
+            self.debug_file = ""
             for key in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_SPMD"):
                 env.pop(key, None)
         self.proc = subprocess.Popen(
@@ -120,6 +127,9 @@ class Worker:
             elif self._current is not None:
                 self._current._handle(message)
         self.proc.wait()
+        if self.debug_file:
+            with contextlib.suppress(OSError):
+                os.unlink(self.debug_file)
         self._ready.set()  # wake a caller waiting for start-up
         if self._current is not None:
             self._current._handle({"type": "_eof"})
@@ -473,8 +483,16 @@ def run(spec: ExperimentSpec, on_record: Callable[[dict[str, Any]], None] | None
     return handle.result()
 
 
-def probe(spec: ExperimentSpec | None = None, pool: WorkerPool | None = None) -> dict[str, Any]:
-    """What the worker runtime for `spec` really sees (device kind, count...), from a worker."""
-    spec = spec or ExperimentSpec(mode="lazy")
-    worker = (pool or default_pool()).worker(runtime_config(spec.validate()))
-    return dict(worker.info)
+def probe(where: ExperimentSpec | RuntimeConfig | None = None,
+          pool: WorkerPool | None = None) -> dict[str, Any]:
+    """What the worker runtime really sees (device kind, count...), asked of a worker.
+
+    `where` is a spec (its runtime is used), a RuntimeConfig, or None for the default XLA
+    runtime (a TPU if one is free, else XLA:CPU with 8 virtual devices).
+    """
+    if isinstance(where, RuntimeConfig):
+        config = where
+    else:
+        spec = where or ExperimentSpec(model="mlp", mode="lazy")
+        config = runtime_config(spec)
+    return dict((pool or default_pool()).worker(config).info)

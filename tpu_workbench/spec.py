@@ -37,6 +37,12 @@ MODES: dict[str, Mode] = {m.name: m for m in [
 ]}
 
 CAPTURES = ("hlo", "profile")
+# What a run can change at step `change_at`, to show what makes XLA compile again.
+CHANGES = {
+    "batch_size": "the batch doubles in size (a new input shape)",
+    "item": "the step reads the loss with .item() before backward (cuts the graph in two)",
+    "keep_tensor": "the step keeps one more tensor alive across steps (a new graph output)",
+}
 DEVICES = ("auto", "cpu", "tpu", "cuda")
 MAX_CPU_DEVICES = 64
 
@@ -97,6 +103,8 @@ class ExperimentSpec:
         capture: artifacts to capture in the worker: ``hlo``, ``profile``.
         options: model-config overrides, e.g. ``{"n_layer": 2}``.
         lr: learning rate (None for the model's default).
+        change, change_at: from step `change_at` on, make one change that forces XLA to
+            compile again (one of :data:`CHANGES`), to see the recompilation and its cause.
     """
 
     model: str = "mingpt"
@@ -113,6 +121,8 @@ class ExperimentSpec:
     capture: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     lr: float | None = None
+    change: str | None = None
+    change_at: int = 5
 
     def replace(self, **changes: Any) -> ExperimentSpec:
         """A copy with some fields changed (validated again when run)."""
@@ -159,6 +169,12 @@ class ExperimentSpec:
                 raise SpecError(f"unknown capture {c!r}; valid: {', '.join(CAPTURES)}")
         if self.lr is not None and not (isinstance(self.lr, int | float) and self.lr > 0):
             raise SpecError(f"lr must be a positive number, got {self.lr!r}")
+        if self.change is not None:
+            if self.change not in CHANGES:
+                raise SpecError(f"unknown change {self.change!r}; valid: {', '.join(CHANGES)}")
+            if not isinstance(self.change_at, int) or not 0 < self.change_at < self.steps:
+                raise SpecError(f"change_at must be a step between 1 and steps-1={self.steps - 1}, "
+                                f"got {self.change_at!r}")
         if self.mesh is not None:
             if MODES[self.mode].runtime != "xla":
                 raise SpecError(f"mesh={self.mesh} needs an XLA mode (SPMD); mode {self.mode!r} "

@@ -7,7 +7,11 @@ spread (p10/p90) because these machines are noisy.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+
+from .experiments import labelled_steps
 
 WARMUP_STEPS = 1  # steps excluded from steady state (step 0 compiles)
 
@@ -46,3 +50,65 @@ def summarize(steps: pd.DataFrame, by: tuple[str, ...] = ("model", "preset", "mo
         )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def peak_flops(runtime: dict, spec_mesh: tuple[int, ...] | None = None) -> tuple[float, str]:
+    """Peak FLOP/s of what a run used, and where the figure comes from.
+
+    On a TPU: the chip table's bf16 peak times the chips the run used (1 without a mesh). On a
+    CPU (XLA:CPU or plain PyTorch): the host's measured fp32 matmul peak (all cores: XLA:CPU's
+    virtual devices share them). NaN where no peak is known (CUDA).
+    """
+    from . import backends, chips
+
+    kind = str(runtime.get("device_kind") or runtime.get("device") or "").lower()
+    if runtime.get("runtime") == "xla" and kind not in ("cpu", ""):
+        chip = chips.get_chip(kind)
+        n = math.prod(spec_mesh) if spec_mesh else 1
+        return chip.peak_flops * n, f"{chip.name} x{n} bf16 peak (chip table)"
+    if kind.startswith("cuda"):
+        return float("nan"), "no CUDA peak table"
+    return backends.host_peak_flops()["peak_flops"], "host CPU, measured fp32 matmul peak"
+
+
+def summarize_results(results: list, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
+    """:func:`summarize` of finished runs, plus throughput, FLOPs, achieved FLOP/s and MFU.
+
+    Extra columns: ``items_per_s`` (tokens/s or images/s, unit in ``item_unit``),
+    ``flops_per_step`` (analytic until the HLO cost analysis supplies XLA's count),
+    ``achieved_tflops``, ``peak_tflops``, ``mfu`` (achieved / peak), ``peak_source``,
+    ``metric_name``/``metric`` (the model's evaluation after training) and ``n_params``.
+    """
+    rows = []
+    for result in results:
+        base = summarize(labelled_steps(result.spec, result.records, result.run_id),
+                         warmup=warmup)
+        if base.empty:
+            continue
+        row = base.iloc[0].to_dict()
+        s = result.summary
+        steady_s = row["steady_median_ms"] / 1e3
+        peak, source = peak_flops(result.runtime, result.spec.mesh)
+        achieved = s["flops_per_step"] / steady_s if steady_s > 0 else float("nan")
+        row.update(
+            n_params=s["n_params"], batch_size=s["batch_size"], item_unit=s["item_unit"],
+            items_per_s=s["items_per_step"] / steady_s if steady_s > 0 else float("nan"),
+            flops_per_step=s["flops_per_step"], achieved_tflops=achieved / 1e12,
+            peak_tflops=peak / 1e12, mfu=achieved / peak, peak_source=source,
+            metric_name=s["metric_name"], metric=s["metric"], run_id=result.run_id,
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def compile_events(results: list) -> pd.DataFrame:
+    """Every XLA compilation of the runs: model, preset, mode, step, cause, explanation..."""
+    rows = []
+    for result in results:
+        for r in result.records:
+            if r.get("kind") == "compile":
+                rows.append({"model": result.spec.model, "preset": result.spec.preset,
+                             "mode": result.spec.mode, **{k: v for k, v in r.items()
+                                                          if k != "kind"}})
+    return pd.DataFrame(rows, columns=["model", "preset", "mode", "step", "cause", "explanation",
+                                       "graph_hash", "inputs", "outputs", "frame"])
