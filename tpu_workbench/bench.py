@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--change", choices=sorted(CHANGES), default=None,
                         help="make one change at --change-at that forces a recompilation")
     parser.add_argument("--change-at", type=int, default=5)
+    parser.add_argument("--explain", action="store_true",
+                        help="record torch_xla's cause for every compilation (slows steps ~20%%; "
+                             "on by default with --change)")
     parser.add_argument("--warm", action="store_true",
                         help="share warm workers between modes (default: a fresh worker per "
                              "mode, so every first step pays its full compile)")
@@ -49,7 +52,8 @@ def specs_from_args(args: argparse.Namespace) -> list[ExperimentSpec]:
         raise SpecError(f"--modes {args.modes!r} names no mode; valid: {', '.join(MODES)}")
     specs = [ExperimentSpec(model=args.model, preset=args.preset, mode=m, steps=args.steps,
                             batch_size=args.batch_size, seed=args.seed, change=args.change,
-                            change_at=args.change_at) for m in modes]
+                            change_at=args.change_at,
+                            explain_compiles=True if args.explain else None) for m in modes]
     for spec in specs:
         spec.validate()
     return specs

@@ -87,9 +87,17 @@ def _add_bench(parser: argparse.ArgumentParser) -> Handler:
     return bench.run
 
 
+def _add_profile(parser: argparse.ArgumentParser) -> Handler:
+    from . import profiling
+
+    profiling.add_arguments(parser)
+    return profiling.run
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
     "info": ("what can run here: backends, devices, peaks, versions", _add_info),
     "bench": ("compare execution modes: steps.csv, summary.csv and charts", _add_bench),
+    "profile": ("profile training steps: traces, ops.csv, steps.csv, top ops", _add_profile),
 }
 
 

@@ -16,7 +16,8 @@ executions     XLA executions during the step
 
 For every XLA compilation a ``kind="compile"`` record follows its step's record: ``step``,
 ``cause`` (torch_xla's words), ``explanation`` (ours), ``graph_hash``, ``inputs``, ``outputs`` and
-``frame`` (the Python line that triggered it); see :mod:`tpu_workbench.recompiles`.
+``frame`` (the Python line that triggered it); see :mod:`tpu_workbench.recompiles`. Without
+``explain_compiles`` one such record per step that compiled gives only the ``count``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -139,29 +142,47 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
         step_fn, device, wait, counters = _torch_setup(spec, family, model, hooks)
     batches = [_to(b, device) for b in cpu_batches]
     changed = [_to(b, device) for b in changed]
+    if spec.mesh:  # SPMD: lay the batch out over the mesh's data axis (strategy permitting)
+        from . import sharding
+
+        batches = [sharding.shard_batch(b, spec) for b in batches]
+        changed = [sharding.shard_batch(b, spec) for b in changed]
+        for record in sharding.layout_records(model, batches[0], spec):
+            ctx.emit({"kind": "layout", **record})
     wait()
     compile_log = _compile_log() if mode.runtime == "xla" else CompileLog(None)
     counters.delta()  # start counting from here: moving data is not part of a step
 
     ctx.emit({"kind": "info", "n_params": n_params, "batch_size": batch_size,
               "device": str(device)})
+    hlo_capture = HLOCapture() if "hlo" in spec.capture else None
+    profiler = Profiler(ctx.out_dir / "profile", mode.runtime) if "profile" in spec.capture \
+        else None
     losses = []
-    for step in range(spec.steps):
-        ctx.check_cancel()
-        hooks.active = spec.change is not None and step >= spec.change_at
-        source = changed if hooks.active and changed else batches
-        batch = source[step % len(source)]
-        t0 = time.perf_counter()
-        loss = step_fn(batch)
-        wait()
-        wall_ms = (time.perf_counter() - t0) * 1e3
-        counts = counters.delta()
-        loss_value = float(loss.detach().to("cpu"))
-        losses.append(loss_value)
-        ctx.emit({"kind": "step", "step": step, "wall_ms": wall_ms, "loss": loss_value, **counts})
-        for event in compile_log.new_events():
-            ctx.emit({"kind": "compile", "step": step, **event})
-
+    if profiler:
+        profiler.start()
+    try:
+        for step in range(spec.steps):
+            ctx.check_cancel()
+            hooks.active = spec.change is not None and step >= spec.change_at
+            source = changed if hooks.active and changed else batches
+            batch = source[step % len(source)]
+            with profiler.step(step) if profiler else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                loss = step_fn(batch)
+                wait()
+                wall_ms = (time.perf_counter() - t0) * 1e3
+            counts = counters.delta()
+            loss_value = float(loss.detach().to("cpu"))
+            losses.append(loss_value)
+            ctx.emit({"kind": "step", "step": step, "wall_ms": wall_ms, "loss": loss_value,
+                      **counts})
+            _emit_compiles(ctx, step, counts, compile_log, mode.runtime)
+    finally:  # a cancelled or failed run still closes its trace (in its -failed folder)
+        if profiler:
+            profiler.stop()
+    if hlo_capture:  # before evaluation, which compiles a graph of its own
+        hlo_capture.collect(ctx.out_dir / "hlo")
     model.eval()
     with torch.no_grad():
         metric = float(family.evaluate(model, _to(eval_batch, device)).to("cpu"))
@@ -172,7 +193,108 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
         "flops_per_step": family.flops_per_step(cfg, batch_size),
         "metric_name": family.metric_name, "metric": metric,
         "final_loss": losses[-1] if losses else math.nan, "device": str(device),
+        "memory": memory_info(device, mode.runtime),
     }
+
+
+def _emit_compiles(ctx: Any, step: int, counts: dict[str, float], log: CompileLog,
+                   runtime: str) -> None:
+    events = log.new_events()
+    for event in events:
+        ctx.emit({"kind": "compile", "step": step, "count": 1, **event})
+    if counts["compiles"] and not events and runtime == "xla":
+        ctx.emit({"kind": "compile", "step": step, "count": counts["compiles"], "cause": "",
+                  "explanation": f"{counts['compiles']:g} compilation(s); run with "
+                  "explain_compiles=True for torch_xla's cause"})
+
+
+def memory_info(device: Any, runtime: str) -> dict[str, Any]:
+    """What the backend says about memory, labelled by source: the device allocator where it
+    has one (TPU), and this worker's peak RSS (XLA:CPU's "device memory" is host memory)."""
+    import resource
+
+    out: dict[str, Any] = {"worker_peak_rss_bytes":
+                           resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if runtime == "xla":
+        import torch_xla.core.xla_model as xm
+
+        try:
+            out["device_memory"] = xm.get_memory_info(device)
+            out["device_memory_source"] = "xm.get_memory_info"
+        except RuntimeError as exc:  # XLA:CPU: "GetAllocatorStats is not supported"
+            out["device_memory"] = None
+            out["device_memory_source"] = f"not available on this backend ({exc})"[:160]
+    return out
+
+
+class HLOCapture:
+    """Copies the HLO files XLA dumped during the run (the worker's XLA_FLAGS point XLA at a dump
+    folder) into the run's ``hlo/`` folder: ``*before_optimizations.txt``,
+    ``*after_optimizations.txt``, the memory-usage report and, when sharded, the
+    SPMD-partitioning passes. XLA:CPU's per-kernel files (.ll, .o, .mlir) are left out."""
+
+    KEEP = ("before_optimizations.txt", "after_optimizations.txt",
+            "after_optimizations-memory-usage-report.txt", "spmd-partitioning.txt",
+            "sharding-propagation.before_spmd-partitioning.txt")
+
+    def __init__(self) -> None:
+        folder = os.environ.get("TPU_WORKBENCH_HLO_DUMP")
+        if not folder:
+            raise RuntimeError("capture='hlo' needs an XLA mode (plain PyTorch compiles no HLO)")
+        self.folder = Path(folder)
+        self.before = set(os.listdir(self.folder))
+
+    def collect(self, target: Path) -> list[str]:
+        target.mkdir(parents=True, exist_ok=True)
+        copied = []
+        for name in sorted(set(os.listdir(self.folder)) - self.before):
+            if name.endswith(self.KEEP):
+                shutil.copy2(self.folder / name, target / name)
+                copied.append(name)
+        self.before |= set(copied)
+        return copied
+
+
+class Profiler:
+    """Captures a trace of the steps: torch_xla's profiler for XLA modes (an ``.xplane.pb`` and
+    a Chrome ``.trace.json.gz`` with one event per executed HLO op), torch.profiler for plain
+    PyTorch (a Chrome trace). Each step is marked ``train_step`` with its step number."""
+
+    def __init__(self, folder: Path, runtime: str):
+        self.folder = folder
+        self.runtime = runtime
+        self.torch_prof: Any = None
+
+    def start(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.runtime == "xla":
+            import torch_xla.debug.profiler as xp
+
+            xp.start_trace(str(self.folder))
+        else:
+            self.torch_prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU])
+            self.torch_prof.__enter__()
+
+    def step(self, step: int) -> Any:
+        if self.runtime == "xla":
+            import torch_xla
+
+            # xp.StepTrace cannot wrap a torch_xla.compile'd call (it opens an IR scope that
+            # the compile's sync rejects); a bare TraceMe marks the step without a scope.
+            return torch_xla._XLAC.profiler.TraceMe("train_step", step_num=step, _r=1)
+        return torch.profiler.record_function(f"train_step#{step}")
+
+    def stop(self) -> None:
+        if self.runtime == "xla":
+            import torch_xla.core.xla_model as xm
+            import torch_xla.debug.profiler as xp
+
+            xm.wait_device_ops()
+            xp.stop_trace()
+        else:
+            self.torch_prof.__exit__(None, None, None)
+            self.torch_prof.export_chrome_trace(str(self.folder / "torch.trace.json"))
 
 
 _COMPILE_LOG: CompileLog | None = None
@@ -251,7 +373,13 @@ def _xla_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn
     device = torch_xla.device()
     torch_xla.experimental.eager_mode(spec.mode == "eager")
     model.to(device).train()
+    if spec.mesh:
+        from . import sharding
+
+        sharding.shard_model(model, spec)  # mark_sharding on every parameter per the strategy
     opt = _optimizer(spec, family, model)
+    if spec.mesh:
+        sharding.shard_optimizer_state(opt, model, spec)
     step = _make_step(family, model, opt, hooks)
 
     def wait() -> None:

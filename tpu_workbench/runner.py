@@ -88,18 +88,32 @@ class Worker:
         # few hundred lines of flag usage that would push it out of the tail.
         self.error_lines: collections.deque[str] = collections.deque(maxlen=20)
         self._current: Run | None = None
+        self.runs_started = 0
         self._lock = threading.Lock()  # held for the length of a run
         self._write_lock = threading.Lock()
         self._ready = threading.Event()
         self._start_error: dict[str, Any] | None = None
         env = {**os.environ, **config.env()}
-        if config.runtime == "xla":
+        if config.runtime == "xla" and config.explain_compiles:
             # torch_xla explains each compilation (cause, graph, Python frame) in this file.
             fd, self.debug_file = tempfile.mkstemp(prefix="tpu_workbench_xla_", suffix=".log")
             os.close(fd)
             env.update(PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=self.debug_file)
-        else:  # a plain-PyTorch worker must not see XLA settings
+        else:
             self.debug_file = ""
+            env.pop("PT_XLA_DEBUG_LEVEL", None)
+        self.dump_dir = ""
+        if config.runtime == "xla" and config.dump_hlo:
+            # XLA writes the HLO of every module it compiles here (before and after
+            # optimisation, and after SPMD partitioning); runs copy out what they compiled.
+            self.dump_dir = tempfile.mkdtemp(prefix="tpu_workbench_hlo_")
+            flags = [env.get("XLA_FLAGS", ""), f"--xla_dump_to={self.dump_dir}",
+                     "--xla_dump_hlo_as_text"]
+            if config.spmd:
+                flags.append("--xla_dump_hlo_pass_re=spmd-partitioning")
+            env.update(XLA_FLAGS=" ".join(f for f in flags if f),
+                       TPU_WORKBENCH_HLO_DUMP=self.dump_dir)
+        if config.runtime != "xla":  # a plain-PyTorch worker must not see XLA settings
             for key in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_SPMD"):
                 env.pop(key, None)
         self.proc = subprocess.Popen(
@@ -130,6 +144,8 @@ class Worker:
         if self.debug_file:
             with contextlib.suppress(OSError):
                 os.unlink(self.debug_file)
+        if self.dump_dir:
+            shutil.rmtree(self.dump_dir, ignore_errors=True)
         self._ready.set()  # wake a caller waiting for start-up
         if self._current is not None:
             self._current._handle({"type": "_eof"})
@@ -242,6 +258,7 @@ class Run:
     def _start(self) -> None:
         self.partial_dir.mkdir(parents=True, exist_ok=True)
         self.worker._current = self
+        self.worker.runs_started += 1
         self._timer.start()
         self.worker.send({"op": "run", "task": self.task, "run_id": self.run_id,
                           "spec": self.spec.to_dict(), "out_dir": str(self.partial_dir)})
@@ -406,6 +423,10 @@ class WorkerPool:
         """The live worker for `config`, started (and waited for) if needed."""
         with self._lock:
             worker = self._workers.get(config)
+            if worker is not None and config.dump_hlo and worker.runs_started and not worker.busy:
+                # A warm worker would serve graphs from its cache and XLA would dump nothing:
+                # every HLO capture gets a worker that compiles from scratch.
+                worker.stop()
             if worker is None or not worker.alive:
                 self._evict_idle()
                 worker = Worker(config)

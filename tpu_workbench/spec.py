@@ -59,6 +59,8 @@ class RuntimeConfig:
     num_devices: int = 1
     spmd: bool = False
     xla_flags: tuple[str, ...] = ()
+    explain_compiles: bool = False  # torch_xla's compilation analysis (PT_XLA_DEBUG_LEVEL=1)
+    dump_hlo: bool = False  # XLA dumps the HLO of every compiled module (capture="hlo")
 
     def env(self) -> dict[str, str]:
         """Environment variables the worker must see before it imports torch_xla."""
@@ -82,6 +84,10 @@ class RuntimeConfig:
             text += " spmd"
         if self.xla_flags:
             text += " " + " ".join(self.xla_flags)
+        if self.explain_compiles:
+            text += " explain"
+        if self.dump_hlo:
+            text += " dump-hlo"
         return text
 
 
@@ -105,6 +111,9 @@ class ExperimentSpec:
         lr: learning rate (None for the model's default).
         change, change_at: from step `change_at` on, make one change that forces XLA to
             compile again (one of :data:`CHANGES`), to see the recompilation and its cause.
+        explain_compiles: record torch_xla's cause for every compilation. It costs steady-state
+            time (torch_xla's debug mode: ~20% on minGPT tiny), so it is off by default and on
+            (None = auto) when `change` is set. Compilations are counted either way.
     """
 
     model: str = "mingpt"
@@ -123,6 +132,7 @@ class ExperimentSpec:
     lr: float | None = None
     change: str | None = None
     change_at: int = 5
+    explain_compiles: bool | None = None
 
     def replace(self, **changes: Any) -> ExperimentSpec:
         """A copy with some fields changed (validated again when run)."""
@@ -187,6 +197,12 @@ class ExperimentSpec:
                     f"mesh {'x'.join(map(str, self.mesh))} has {math.prod(self.mesh)} devices but "
                     f"num_devices={self.num_devices}; use a mesh whose sizes multiply to "
                     f"{self.num_devices} or set num_devices={math.prod(self.mesh)}")
+        if self.mesh is not None:
+            from . import sharding
+
+            sharding.validate(self)  # axis names, strategy, batch divisible by the data axis
+        elif self.strategy is not None:
+            raise SpecError(f"strategy={self.strategy!r} needs a mesh, e.g. mesh=(2, 4)")
         from .xla_flags import validate_xla_flags
 
         validate_xla_flags(self.xla_flags)
@@ -226,6 +242,10 @@ def runtime_config(spec: ExperimentSpec) -> RuntimeConfig:
     device = resolve_device(mode.runtime, spec.device)
     if mode.runtime == "xla":
         n = spec.num_devices if device == "cpu" else 0  # 0: all chips the TPU host has
+        explain = spec.explain_compiles
+        if explain is None:
+            explain = spec.change is not None
         return RuntimeConfig("xla", device, n, spmd=spec.mesh is not None,
-                             xla_flags=tuple(spec.xla_flags))
+                             xla_flags=tuple(spec.xla_flags), explain_compiles=explain,
+                             dump_hlo="hlo" in spec.capture)
     return RuntimeConfig("torch", device)

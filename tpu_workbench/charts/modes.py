@@ -1,4 +1,4 @@
-"""Altair charts, built from the workbench's DataFrames only.
+"""Charts of execution modes: step times, first step vs steady state, compilations.
 
 Every function takes a DataFrame with the documented columns and returns an ``alt.Chart`` (or a
 layered/concatenated chart); nothing here runs experiments.

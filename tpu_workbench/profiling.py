@@ -1,0 +1,242 @@
+"""Profiles of training steps, as DataFrames: events, per-HLO-op totals, per-step breakdown.
+
+A run with ``capture=("profile",)`` records a trace of its steps in the worker (see
+``execution.Profiler``): for XLA modes torch_xla's profiler writes
+``profile/plugins/profile/<time>/<host>.xplane.pb`` (open in XProf/TensorBoard) and
+``<host>.trace.json.gz`` (open in Perfetto or chrome://tracing), with one event per executed HLO
+op; each step is marked by a ``train_step`` event carrying its ``step_num``. Plain-PyTorch modes
+write ``profile/torch.trace.json`` (torch.profiler, host-side ops only).
+
+Only complete runs are read: a run that failed or was cancelled keeps its files in a
+``<run_id>-failed`` folder, which :func:`load_profile` refuses to read as a profile.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .errors import WorkbenchError
+
+OPEN_HINT = (
+    "Perfetto: open https://ui.perfetto.dev and drop in {trace}\n"
+    "chrome://tracing: load {trace}\n"
+    "XProf / TensorBoard: `xprof --logdir {logdir}` or `tensorboard --logdir {logdir}` with "
+    "tensorboard-plugin-profile"
+)
+_COMPILE = re.compile(r"Compile|RunBackend|RunHloPasses|codegen", re.I)
+_TRANSFER = re.compile(r"Transfer|ToDevice|FromDevice|CopyToHost|TensorToData", re.I)
+_EXECUTE = re.compile(r"Execute|Thunk", re.I)
+
+
+class ProfileError(WorkbenchError, ValueError):
+    """No complete profile where one was asked for."""
+
+
+@dataclass
+class Profile:
+    """A run's parsed trace: every complete event, and where the files are."""
+
+    events: pd.DataFrame
+    trace_path: Path
+    logdir: Path
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return step_breakdown(self.events)
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        return op_stats(self.events)
+
+    def open_hint(self) -> str:
+        return OPEN_HINT.format(trace=self.trace_path, logdir=self.logdir)
+
+
+def find_trace(run_dir: Path) -> Path:
+    """The Chrome trace of a complete run folder (raises ProfileError otherwise)."""
+    run_dir = Path(run_dir)
+    if run_dir.name.endswith(("-failed", ".partial")):
+        raise ProfileError(f"{run_dir} holds an interrupted run; its trace is incomplete and "
+                           "is not read as a profile")
+    if not (run_dir / "summary.json").exists():
+        raise ProfileError(f"{run_dir} is not a completed run folder (no summary.json)")
+    traces = sorted((run_dir / "profile").rglob("*.trace.json.gz")) + \
+        sorted((run_dir / "profile").glob("torch.trace.json"))
+    if not traces:
+        raise ProfileError(f"no trace in {run_dir / 'profile'}: run with capture=('profile',)")
+    return traces[-1]
+
+
+def read_events(trace_path: Path) -> pd.DataFrame:
+    """Complete ('X') events of a Chrome trace as a DataFrame.
+
+    Columns: ``name``, ``thread`` (thread name without its numeric suffix), ``tid``, ``ts_us``
+    (from the trace start), ``dur_us``, ``end_us``, ``step`` (the ``train_step`` the event
+    started in; -1 outside any), ``hlo_module``, ``hlo_op`` (set for executed HLO ops).
+    """
+    opener = gzip.open if str(trace_path).endswith(".gz") else open
+    with opener(trace_path, "rt") as fh:
+        data = json.load(fh)
+    raw = data["traceEvents"] if isinstance(data, dict) else data
+    threads = {e.get("tid"): re.sub(r"/-?\d+$", "", e["args"]["name"])
+               for e in raw if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    rows = []
+    for e in raw:
+        if e.get("ph") != "X":
+            continue
+        args = e.get("args") or {}
+        rows.append({"name": e["name"], "thread": threads.get(e.get("tid"), str(e.get("tid"))),
+                     "tid": e.get("tid"), "ts_us": float(e["ts"]), "dur_us": float(e["dur"]),
+                     "hlo_module": args.get("hlo_module"), "hlo_op": args.get("hlo_op"),
+                     "step_num": _step_num(e["name"], args)})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        raise ProfileError(f"{trace_path} holds no complete events")
+    df["ts_us"] -= df["ts_us"].min()
+    df["end_us"] = df["ts_us"] + df["dur_us"]
+    marks = df[df["step_num"].notna()].sort_values("ts_us")
+    df["step"] = -1
+    for _, m in marks.iterrows():
+        inside = (df["ts_us"] >= m["ts_us"]) & (df["ts_us"] < m["end_us"])
+        df.loc[inside, "step"] = int(m["step_num"])
+    return df.drop(columns=["step_num"]).sort_values("ts_us", ignore_index=True)
+
+
+def _step_num(name: str, args: dict[str, Any]) -> int | None:
+    if name == "train_step" and "step_num" in args:
+        return int(args["step_num"])
+    match = re.match(r"train_step#(\d+)$", name)  # torch.profiler's record_function marks
+    return int(match.group(1)) if match else None
+
+
+def load_profile(run: Any) -> Profile:
+    """The profile of a finished run (a RunResult or its folder)."""
+    run_dir = Path(getattr(run, "out_dir", run))
+    trace = find_trace(run_dir)
+    return Profile(read_events(trace), trace, run_dir / "profile")
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def _select(items: list, mask: Any) -> list:
+    return [item for item, keep in zip(items, mask, strict=True) if keep]
+
+
+def step_breakdown(events: pd.DataFrame) -> pd.DataFrame:
+    """Where each step's time went, from the events inside its ``train_step`` window.
+
+    Columns: ``step``, ``step_us`` (the train_step event), ``compile_us``, ``execute_us``
+    (executed HLO ops and execute calls, not counting compile time), ``transfer_us``,
+    ``host_us`` (everything else that was busy: Python, tracing, dispatch), ``idle_us`` (no
+    thread busy). The five parts add up to ``step_us``: each is the union of its events'
+    intervals on all threads, clipped to the step, without overlap with the parts before it.
+    """
+    marks = events[events["name"].isin(["train_step"]) | events["name"].str.match(
+        r"train_step#\d+$")]
+    rows = []
+    for _, m in marks.iterrows():
+        lo, hi = m["ts_us"], m["end_us"]
+        inside = events[(events["end_us"] > lo) & (events["ts_us"] < hi)
+                        & (events.index != m.name)]
+        clip = list(zip(inside["ts_us"].clip(lo, hi), inside["end_us"].clip(lo, hi),
+                        strict=True))
+        is_compile = inside["name"].str.contains(_COMPILE).to_numpy() | \
+            inside["thread"].str.contains("codegen").to_numpy()
+        is_exec = inside["hlo_op"].notna().to_numpy() | \
+            inside["name"].str.contains(_EXECUTE).to_numpy()
+        is_transfer = inside["name"].str.contains(_TRANSFER).to_numpy()
+        compile_us = _union_us(_select(clip, is_compile))
+        ce = _union_us(_select(clip, is_compile | is_exec))
+        cet = _union_us(_select(clip, is_compile | is_exec | is_transfer))
+        busy = _union_us(clip)
+        step_us = hi - lo
+        rows.append({"step": int(events.loc[m.name, "step"]) if m["step"] >= 0 else -1,
+                     "step_us": step_us, "compile_us": compile_us,
+                     "execute_us": ce - compile_us, "transfer_us": cet - ce,
+                     "host_us": busy - cet, "idle_us": max(step_us - busy, 0.0)})
+    return pd.DataFrame(rows).sort_values("step", ignore_index=True) if rows else pd.DataFrame()
+
+
+def op_stats(events: pd.DataFrame, steady_only: bool = True) -> pd.DataFrame:
+    """Per executed HLO op: ``hlo_module``, ``hlo_op``, ``count``, ``total_us``, ``mean_us``,
+    ``per_step_us`` and ``share`` (of the summed duration of the steps counted), sorted by total.
+
+    ``steady_only`` leaves out step 0 (which also compiles) when later steps exist.
+    """
+    ops = events[events["hlo_op"].notna()]
+    steps = sorted(s for s in events["step"].unique() if s >= 0)
+    if steady_only and len(steps) > 1:
+        steps = steps[1:]
+    ops = ops[ops["step"].isin(steps)]
+    if ops.empty:
+        return pd.DataFrame(columns=["hlo_module", "hlo_op", "count", "total_us", "mean_us",
+                                     "per_step_us", "share"])
+    marks = events[(events["name"] == "train_step") & events["step"].isin(steps)]
+    step_total = float(marks["dur_us"].sum()) or float(ops["dur_us"].sum())
+    out = (ops.groupby(["hlo_module", "hlo_op"], as_index=False)
+           .agg(count=("dur_us", "size"), total_us=("dur_us", "sum"), mean_us=("dur_us", "mean")))
+    out["per_step_us"] = out["total_us"] / max(len(steps), 1)
+    out["share"] = out["total_us"] / step_total
+    return out.sort_values("total_us", ascending=False, ignore_index=True)
+
+
+def add_arguments(parser: Any) -> None:
+    """Arguments of ``tpu-workbench profile``."""
+    from .spec import MODES
+
+    parser.add_argument("--model", default="mingpt")
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--mode", default="compile", help=f"one of {', '.join(MODES)}")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--top", type=int, default=15, help="how many top ops to print")
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+
+
+def run(args: Any) -> int:
+    """Profile a few steps; write the traces, ops.csv and steps.csv; print the top ops."""
+    import shutil
+
+    from .bench import output_folder
+    from .errors import SpecError
+    from .runner import run as run_spec
+    from .spec import ExperimentSpec
+
+    if not isinstance(args.steps, int) or args.steps <= 0:
+        raise SpecError(f"--steps must be a positive number of steps to profile, got "
+                        f"{args.steps!r}")
+    out = output_folder(args.out)
+    spec = ExperimentSpec(model=args.model, preset=args.preset, mode=args.mode,
+                          steps=args.steps, capture=("profile",)).validate()
+    result = run_spec(spec)
+    profile = load_profile(result)
+    target = out / "profile"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(result.out_dir / "profile", target)
+    for name, frame in {"ops.csv": profile.ops, "steps.csv": profile.steps,
+                        "runner_steps.csv": result.steps}.items():
+        frame.to_csv(out / (name + ".tmp"), index=False)
+        (out / (name + ".tmp")).replace(out / name)
+    print(f"top {args.top} HLO ops of {spec.model}/{spec.preset}/{spec.mode} (steady steps):")
+    cols = ["hlo_op", "count", "per_step_us", "share"]
+    print(profile.ops[cols].head(args.top).to_string(
+        index=False, float_format=lambda v: f"{v:,.3g}") if len(profile.ops) else
+        "  (no HLO ops in this trace: plain PyTorch modes record host-side ops only)")
+    trace = target / profile.trace_path.relative_to(result.out_dir / "profile")
+    print("\nopen the trace:\n" + OPEN_HINT.format(trace=trace, logdir=target))
+    return 0
