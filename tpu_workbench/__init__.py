@@ -19,20 +19,21 @@ from .errors import (
     WorkerError,
 )
 from .experiments import Comparison, label, run_many
-from .models import model_names
-from .notebook import smoke_mode
+from .models import load_trained, model_names
+from .notebook import image_grid, smoke_mode
 from .runner import RunResult, WorkerPool, default_pool, probe, records_frame, run, submit
 from .spec import MODES, ExperimentSpec, RuntimeConfig, runtime_config
-from .timing import summarize
+from .timing import compile_events, summarize, summarize_results
 from .xla_flags import validate_xla_flags
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CHIPS", "Comparison", "charts", "label", "model_names", "run_many", "smoke_mode",
-    "summarize", "MODES", "Chip", "ExperimentSpec", "RunCancelled", "RunFailed", "RunResult",
-    "RunTimeout", "RuntimeConfig", "SpecError", "WorkbenchError", "WorkerCrashed", "WorkerError",
-    "WorkerPool", "chip_table", "default_pool", "describe", "get_chip", "host_peak_flops",
-    "probe", "records_frame", "run", "runtime_config", "submit", "tpu_status",
-    "validate_xla_flags", "versions",
+    "CHIPS", "MODES", "charts", "Chip", "chip_table", "Comparison", "compile_events",
+    "default_pool", "describe", "ExperimentSpec", "get_chip", "host_peak_flops", "image_grid",
+    "label", "load_trained", "model_names", "probe", "records_frame", "run", "run_many",
+    "RunCancelled", "RunFailed", "RunResult", "runtime_config", "RuntimeConfig", "RunTimeout",
+    "smoke_mode", "SpecError", "submit", "summarize", "summarize_results", "tpu_status",
+    "validate_xla_flags", "versions", "WorkbenchError", "WorkerCrashed", "WorkerError",
+    "WorkerPool",
 ]

@@ -94,10 +94,18 @@ def _add_profile(parser: argparse.ArgumentParser) -> Handler:
     return profiling.run
 
 
+def _add_docs(parser: argparse.ArgumentParser) -> Handler:
+    from . import docs
+
+    docs.add_arguments(parser)
+    return docs.run
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
     "info": ("what can run here: backends, devices, peaks, versions", _add_info),
     "bench": ("compare execution modes: steps.csv, summary.csv and charts", _add_bench),
     "profile": ("profile training steps: traces, ops.csv, steps.csv, top ops", _add_profile),
+    "docs": ("export every notebook into a static site that works offline", _add_docs),
 }
 
 

@@ -183,6 +183,9 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
             profiler.stop()
     if hlo_capture:  # before evaluation, which compiles a graph of its own
         hlo_capture.collect(ctx.out_dir / "hlo")
+    if "checkpoint" in spec.capture:  # trained weights, on the CPU, for sampling or inspection
+        torch.save({k: v.detach().to("cpu") for k, v in model.state_dict().items()},
+                   ctx.out_dir / "model.pt")
     model.eval()
     with torch.no_grad():
         metric = float(family.evaluate(model, _to(eval_batch, device)).to("cpu"))

@@ -36,7 +36,7 @@ MODES: dict[str, Mode] = {m.name: m for m in [
     Mode("dynamo", "xla", "torch.compile(backend='openxla')"),
 ]}
 
-CAPTURES = ("hlo", "profile")
+CAPTURES = ("hlo", "profile", "checkpoint")
 # What a run can change at step `change_at`, to show what makes XLA compile again.
 CHANGES = {
     "batch_size": "the batch doubles in size (a new input shape)",
@@ -106,7 +106,8 @@ class ExperimentSpec:
         num_devices: virtual XLA:CPU devices (8 = a v6e-8 host). Ignored on a TPU.
         mesh, strategy: SPMD device mesh shape and sharding strategy (sharding issue).
         xla_flags: extra ``XLA_FLAGS``, e.g. ``("--xla_cpu_use_thunk_runtime=true",)``.
-        capture: artifacts to capture in the worker: ``hlo``, ``profile``.
+        capture: artifacts to capture in the worker: ``hlo`` (XLA's dumps), ``profile`` (a
+            trace of the steps), ``checkpoint`` (the trained weights, ``model.pt``).
         options: model-config overrides, e.g. ``{"n_layer": 2}``.
         lr: learning rate (None for the model's default).
         change, change_at: from step `change_at` on, make one change that forces XLA to

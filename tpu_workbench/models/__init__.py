@@ -38,6 +38,44 @@ def get_model(name: str) -> ModelFamily:
     return getattr(module, cls_name)()
 
 
+def preset_table(name: str):
+    """Every preset of a model family: parameters, default batch, analytic FLOPs per step.
+
+    Models are built on PyTorch's 'meta' device (shapes only), so even GPT-2 size is instant.
+    """
+    import pandas as pd
+    import torch
+
+    family = get_model(name)
+    rows = []
+    for preset in family.presets:
+        cfg = family.config(preset)
+        with torch.device("meta"):
+            n_params = sum(p.numel() for p in family.build(cfg).parameters())
+        batch = family.default_batch_size(cfg)
+        rows.append({"preset": preset, "params": n_params, "batch_size": batch,
+                     "items_per_step": family.items_per_batch(cfg, batch),
+                     "item_unit": family.item_unit,
+                     "gflops_per_step": family.flops_per_step(cfg, batch) / 1e9,
+                     **{k: v for k, v in vars(cfg).items() if k != "batch_size"}})
+    return pd.DataFrame(rows)
+
+
+def load_trained(result: Any) -> tuple[ModelFamily, Any, Any]:
+    """(family, config, model) of a finished run that captured a ``checkpoint``, on the CPU."""
+    import torch
+
+    path = result.out_dir / "model.pt"
+    if not path.exists():
+        raise SpecError(f"run {result.run_id} has no checkpoint; run it with "
+                        "capture=('checkpoint',)")
+    family = get_model(result.spec.model)
+    cfg = family.config(result.spec.preset, **result.spec.options)
+    model = family.build(cfg)
+    model.load_state_dict(torch.load(path, map_location="cpu"))
+    return family, cfg, model.eval()
+
+
 def __getattr__(name: str) -> Any:
     # Keep `import tpu_workbench.models` free of torch until a model is needed.
     if name in ("Batch", "ModelFamily"):
@@ -47,4 +85,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["Batch", "ModelFamily", "get_model", "model_names"]
+__all__ = ["Batch", "ModelFamily", "get_model", "load_trained", "model_names", "preset_table"]

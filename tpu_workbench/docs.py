@@ -1,0 +1,173 @@
+"""``tpu-workbench docs``: export every notebook, with its outputs, into a static site that
+works with no internet.
+
+Each notebook is run and exported by ``marimo export html``; a page whose session data records an
+error (``export html`` exits 0 on some render failures, so its exit code is not enough) fails the
+build. By default the pages load marimo's frontend from a CDN; the site here copies marimo's own
+bundled assets next to the pages and points the pages at them instead, so the site opens offline
+(it must be served over HTTP: browsers block module scripts on ``file://``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .errors import SpecError
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def notebooks(folder: Path = NOTEBOOKS) -> list[Path]:
+    """The marimo notebooks in `folder`, quickstart first."""
+    found = sorted(p for p in folder.glob("*.py") if "marimo.App(" in p.read_text())
+    return sorted(found, key=lambda p: (p.stem != "quickstart", p.stem))
+
+
+def app_title(path: Path) -> str:
+    match = re.search(r'app_title\s*=\s*"([^"]+)"', path.read_text())
+    return match.group(1) if match else path.stem
+
+
+def app_summary(path: Path) -> str:
+    """The first paragraph of prose after the notebook's title, for the index page."""
+    match = re.search(r"^\s*# [^\n]+\n\n(.+?)\n\n", path.read_text(), re.S | re.M)
+    return " ".join(match.group(1).split()) if match else ""
+
+
+def exported_problems(page: str) -> list[str]:
+    """Error outputs and tracebacks recorded in a page written by ``marimo export html``."""
+    start = page.index('"__MARIMO_MOUNT_CONFIG__"')
+    start = page.index("Object.freeze(", start) + len("Object.freeze(")
+    config, _ = json.JSONDecoder().raw_decode(page[start:])
+    problems = []
+    for cell in config["session"]["cells"]:
+        for out in cell.get("outputs", []):
+            if out.get("type") == "error":
+                problems.append(f"cell {cell['id']}: {out.get('ename')}: {out.get('evalue')}")
+            elif "Your output is too large" in json.dumps(out.get("data", "")):
+                problems.append(f"cell {cell['id']}: output exceeded runtime.output_max_bytes")
+        for con in cell.get("console", []):
+            if con.get("mimetype") == "application/vnd.marimo+traceback":
+                problems.append(f"cell {cell['id']}: traceback in its console")
+    return problems
+
+
+def cdn_prefix() -> str:
+    import marimo
+
+    return f"https://cdn.jsdelivr.net/npm/@marimo-team/frontend@{marimo.__version__}/dist"
+
+
+def export(notebook: Path, out: Path, smoke: bool, timeout: float = 1200) -> list[str]:
+    """Run and export one notebook to `out`; return the problems found (empty when fine)."""
+    env = {**os.environ}
+    if smoke:
+        env["TPU_WORKBENCH_SMOKE"] = "1"
+    tmp = out.with_suffix(".html.tmp")
+    cmd = [sys.executable, "-m", "marimo", "-y", "export", "html", "--no-sandbox",
+           str(notebook), "-o", str(tmp), "-f"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [f"export did not finish within {timeout:.0f} s"]
+    if not tmp.exists():
+        return [f"marimo export failed (exit {proc.returncode}): {proc.stderr[-2000:]}"]
+    page = tmp.read_text(encoding="utf-8")
+    problems = exported_problems(page)
+    if proc.returncode != 0 and not problems:
+        problems.append(f"marimo export exited {proc.returncode}: {proc.stderr[-2000:]}")
+    tmp.replace(out)
+    return problems
+
+
+def make_offline(site: Path, pages: list[Path]) -> None:
+    """Serve marimo's frontend from the site itself instead of the CDN."""
+    import marimo
+
+    prefix = cdn_prefix()
+    for page in pages:
+        page.write_text(page.read_text(encoding="utf-8").replace(prefix, "./_marimo"),
+                        encoding="utf-8")
+    target = site / "_marimo"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(Path(marimo.__file__).parent / "_static", target,
+                    ignore=shutil.ignore_patterns("index.html", "*.md"))
+
+
+def write_index(site: Path, entries: list[tuple[Path, str, str]]) -> Path:
+    items = "\n".join(
+        f'  <li><a href="{html.escape(page.name)}">{html.escape(title)}</a>'
+        f"<p>{html.escape(summary)}</p></li>" for page, title, summary in entries)
+    index = site / "index.html"
+    index.write_text(f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>tpu-workbench notebooks</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:760px;margin:3rem auto;padding:0 1rem}}
+li{{margin:1rem 0}} p{{margin:.2rem 0;color:#555}}</style></head>
+<body><h1>tpu-workbench notebooks</h1>
+<p>PyTorch on TPUs, measured: eager vs compiled, HLO, sharding and profiles, exported with
+their outputs from a real run ({time.strftime('%Y-%m-%d')}).</p>
+<ul>
+{items}
+</ul></body></html>
+""", encoding="utf-8")
+    return index
+
+
+def build_site(out: Path, smoke: bool = False, offline: bool = True,
+               folder: Path = NOTEBOOKS, only: list[str] | None = None) -> dict[str, list[str]]:
+    """Export the notebooks into `out`; return {notebook: problems} (all empty on success)."""
+    nbs = notebooks(folder)
+    if only:
+        unknown = sorted(set(only) - {p.stem for p in nbs})
+        if unknown:
+            raise SpecError(f"unknown notebook(s) {unknown}; valid: {[p.stem for p in nbs]}")
+        nbs = [p for p in nbs if p.stem in only]
+    if not nbs:
+        raise SpecError(f"no marimo notebooks in {folder}")
+    from .bench import output_folder
+
+    site = output_folder(out)
+    results: dict[str, list[str]] = {}
+    entries = []
+    for nb in nbs:
+        t0 = time.perf_counter()
+        page = site / f"{nb.stem}.html"
+        problems = export(nb, page, smoke)
+        results[nb.name] = problems
+        status = "ok" if not problems else "FAILED: " + "; ".join(problems)[:400]
+        print(f"  {nb.name:<28} {time.perf_counter() - t0:6.1f} s  {status}", flush=True)
+        if page.exists():
+            entries.append((page, app_title(nb), app_summary(nb)))
+    if offline:
+        make_offline(site, [e[0] for e in entries])
+    write_index(site, entries)
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True, help="site folder")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes and few steps (as in CI)")
+    parser.add_argument("--online", action="store_true",
+                        help="load marimo's frontend from its CDN instead of bundling it")
+    parser.add_argument("--only", default=None, help="comma-separated notebook names")
+
+
+def run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    only = [n.strip() for n in args.only.split(",")] if args.only else None
+    results = build_site(args.out, smoke=args.smoke, offline=not args.online, only=only)
+    failed = [name for name, problems in results.items() if problems]
+    print(f"{len(results) - len(failed)}/{len(results)} notebooks exported to {args.out} in "
+          f"{time.perf_counter() - t0:.0f} s; serve with `python -m http.server -d {args.out}`")
+    return 1 if failed else 0
