@@ -4,6 +4,8 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Profiling: where does the time go?")
 
 with app.setup:
+    from pathlib import Path
+
     import marimo as mo
 
     import tpu_workbench as wb
@@ -100,7 +102,8 @@ def _(profile, step):
 def _(profile, result):
     _memory = result.summary["memory"]
     _reports = sorted(p for k, p in result.artifacts.items() if k.endswith("usage-report.txt"))
-    _xla = open(_reports[0]).read().splitlines()[0] if _reports else "no HLO captured"
+    _xla = (Path(_reports[0]).read_text().splitlines()[0] if _reports
+            else "no HLO captured")
     mo.md(f"""
     ## Memory, labelled by where each figure comes from
 

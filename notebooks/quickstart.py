@@ -4,9 +4,12 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="tpu-workbench quickstart")
 
 with app.setup:
+    import math
+
     import marimo as mo
 
     import tpu_workbench as wb
+    from tpu_workbench import hlo, profiling, sharding
 
     SMOKE = wb.smoke_mode()
 
@@ -125,8 +128,83 @@ def _(summary):
     {_fast["steady_median_ms"] if _fast is not None else float("nan"):.1f} ms per step.
     XLA is not a speed-up on a CPU; its value here is that `lazy` and `compile` produce the very
     programs a TPU runs, compiled once (see `compiles_total`) and never again in steady state
-    (`compiles_steady`).
+    (`compiles_steady`). More in the *eager vs compiled* notebook.
     """)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## What did XLA compile, and where does a step's time go?
+
+    One more `compile` run, this time capturing XLA's HLO dumps and a profile of its steps.
+    """)
+    return
+
+
+@app.cell
+def _(model):
+    _spec = wb.ExperimentSpec(model=model.value, preset="tiny", mode="compile",
+                              steps=3 if SMOKE else 8, capture=("hlo", "profile"))
+    with mo.status.spinner(title="compiling with HLO dumps and profiling"):
+        captured = wb.run(_spec)
+    _after = hlo.main_module(hlo.load_run_hlo(captured), "after_optimizations")
+    _ops = hlo.instructions(_after)
+    _s = hlo.summary(_after)
+    _profile = profiling.load_profile(captured)
+    mo.vstack([
+        mo.md(f"""
+    The optimised step has **{len(_ops):,} HLO instructions** in
+    {sum(_s["fusions_by_kind"].values())} fusions; XLA's cost model counts
+    **{(_s["xla_flops"] or 0) / 1e9:.3f} GFLOP** per step (analytic matmul count:
+    {_s["dot_flops"] / 1e9:.3f}). The *HLO explorer* notebook goes further.
+    """),
+        mo.hstack([wb.charts.op_mix(_ops, top=12, title="ops after optimisation"),
+                   wb.charts.top_ops(_profile.ops, n=12)]),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## How is the model laid out on a v6e-8?
+
+    A v6e host has 8 chips in a 2x4 mesh. Here 8 virtual XLA:CPU devices stand in for them:
+    the SPMD partitioner is the same. Pick a strategy; the chart shows which slice of a weight
+    each device holds (same colour = same slice, a replica).
+    """)
+    return
+
+
+@app.cell
+def _():
+    mesh = mo.ui.dropdown({k: k for k, v in sharding.MESHES.items() if math.prod(v) <= 8},
+                          value="v6e-8", label="mesh")
+    strategy = mo.ui.dropdown(list(sharding.STRATEGIES), value="dp_tp", label="strategy")
+    mo.hstack([mesh, strategy], justify="start", gap=2)
+    return mesh, strategy
+
+
+@app.cell
+def _(mesh, model, strategy):
+    _shape = sharding.MESHES[mesh.value]
+    _spec = wb.ExperimentSpec(model=model.value, preset="tiny", mode="compile", steps=2,
+                              mesh=_shape, num_devices=math.prod(_shape),
+                              strategy=strategy.value)
+    with mo.status.spinner(title=f"training 2 steps on a {mesh.value} mesh"):
+        sharded = wb.run(_spec)
+    layout = sharding.layout_frame(sharded)
+    _params = layout[layout["tensor_kind"] == "param"]
+    _shown = _params.sort_values("shard_bytes", ascending=False)["tensor"].iloc[0]
+    mo.vstack([
+        mo.md(f"**{sharding.STRATEGIES[strategy.value]}.** The largest parameter, "
+              f"`{_shown}`, on the {mesh.value} mesh:"),
+        wb.charts.layout_grid(layout, _shown, _shape),
+        mo.md("The *sharding* notebook shows every tensor, memory per device and the "
+              "collectives XLA inserted."),
+    ])
     return
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ def test_hlo_op_rows_name_ops_of_the_compiled_step(profiled):
     after = [p for name, p in result.artifacts.items()
              if name.endswith("after_optimizations.txt") and "train_step" in name]
     assert len(after) == 1
-    text = open(after[0]).read()
+    text = Path(after[0]).read_text()
     defined = set(re.findall(r"^\s*(?:ROOT )?%?([\w.\-]+) = ", text, re.M))
     ops = profile.ops
     assert len(ops) > 10

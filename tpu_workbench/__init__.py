@@ -6,7 +6,7 @@ Importing this package is cheap and never imports torch_xla: XLA runs only in wo
 
 from __future__ import annotations
 
-from . import charts
+from . import charts, hlo, profiling, sharding
 from .backends import describe, host_peak_flops, tpu_status, versions
 from .chips import CHIPS, Chip, chip_table, get_chip
 from .errors import (
@@ -30,10 +30,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CHIPS", "MODES", "charts", "Chip", "chip_table", "Comparison", "compile_events",
-    "default_pool", "describe", "ExperimentSpec", "get_chip", "host_peak_flops", "image_grid",
-    "label", "load_trained", "model_names", "probe", "records_frame", "run", "run_many",
-    "RunCancelled", "RunFailed", "RunResult", "runtime_config", "RuntimeConfig", "RunTimeout",
-    "smoke_mode", "SpecError", "submit", "summarize", "summarize_results", "tpu_status",
-    "validate_xla_flags", "versions", "WorkbenchError", "WorkerCrashed", "WorkerError",
-    "WorkerPool",
+    "default_pool", "describe", "ExperimentSpec", "get_chip", "hlo", "host_peak_flops",
+    "image_grid", "label", "load_trained", "model_names", "probe", "profiling",
+    "records_frame", "run", "run_many", "RunCancelled", "RunFailed", "RunResult",
+    "runtime_config", "RuntimeConfig", "RunTimeout", "sharding", "smoke_mode", "SpecError",
+    "submit", "summarize", "summarize_results", "tpu_status", "validate_xla_flags", "versions",
+    "WorkbenchError", "WorkerCrashed", "WorkerError", "WorkerPool",
 ]

@@ -149,7 +149,18 @@ def _measure_matmul_flops(n: int, dtype_name: str, repeats: int) -> dict:
         torch.mm(a, b)
         times.append(time.perf_counter() - t0)
     flops = 2.0 * n**3
-    return {"n": n, "dtype": dtype_name, "repeats": repeats, "best_s": min(times),
+    # Memory bandwidth: best copy of a 64 MiB buffer (read + write), for a roofline's slope.
+    src = torch.empty(16 * 2**20, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    copies = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        copies.append(time.perf_counter() - t0)
+    bandwidth = 2 * src.numel() * src.element_size() / min(copies)
+    return {"n": n, "bandwidth_bytes_per_s": bandwidth, "dtype": dtype_name,
+            "repeats": repeats, "best_s": min(times),
             "median_s": sorted(times)[len(times) // 2], "peak_flops": flops / min(times),
             "median_flops": flops / sorted(times)[len(times) // 2],
             "threads": torch.get_num_threads(), "torch": torch.__version__}
@@ -162,12 +173,14 @@ def host_peak_flops(refresh: bool = False) -> dict:
     """Measured peak matmul FLOP/s of this host's CPU (fp32), cached on disk per CPU and torch.
 
     Measured, not assumed: the best of 10 runs of a 1024x1024 fp32 matmul, on all threads PyTorch
-    uses. The first call takes about a second; later calls (and later processes) read the cache.
+    uses; also the memory bandwidth of a 64 MiB copy (``bandwidth_bytes_per_s``). The first
+    call takes about a second; later calls (and later processes) read the cache.
     """
     global _HOST_PEAK
     if _HOST_PEAK is not None and not refresh:
         return _HOST_PEAK
-    key = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": package_version("torch")}
+    key = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": package_version("torch"),
+           "version": 2}
     path = cache_dir() / "host_peak.json"
     if path.exists() and not refresh:
         try:

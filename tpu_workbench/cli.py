@@ -101,9 +101,25 @@ def _add_docs(parser: argparse.ArgumentParser) -> Handler:
     return docs.run
 
 
+def _add_hlo(parser: argparse.ArgumentParser) -> Handler:
+    from . import hlo
+
+    hlo.add_arguments(parser)
+    return hlo.run
+
+
+def _add_shard(parser: argparse.ArgumentParser) -> Handler:
+    from . import sharding
+
+    sharding.add_arguments(parser)
+    return sharding.run
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
     "info": ("what can run here: backends, devices, peaks, versions", _add_info),
     "bench": ("compare execution modes: steps.csv, summary.csv and charts", _add_bench),
+    "hlo": ("what XLA compiled: HLO texts, ops.csv, summary.json", _add_hlo),
+    "shard": ("lay a model out on a device mesh: layouts, memory, collectives", _add_shard),
     "profile": ("profile training steps: traces, ops.csv, steps.csv, top ops", _add_profile),
     "docs": ("export every notebook into a static site that works offline", _add_docs),
 }

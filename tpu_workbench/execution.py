@@ -237,8 +237,8 @@ class HLOCapture:
     SPMD-partitioning passes. XLA:CPU's per-kernel files (.ll, .o, .mlir) are left out."""
 
     KEEP = ("before_optimizations.txt", "after_optimizations.txt",
-            "after_optimizations-memory-usage-report.txt", "spmd-partitioning.txt",
-            "sharding-propagation.before_spmd-partitioning.txt")
+            "after_optimizations-memory-usage-report.txt")
+    KEEP_PASSES = ("spmd-partitioning", "sharding-propagation")  # SPMD pass dumps (.txt)
 
     def __init__(self) -> None:
         folder = os.environ.get("TPU_WORKBENCH_HLO_DUMP")
@@ -251,7 +251,8 @@ class HLOCapture:
         target.mkdir(parents=True, exist_ok=True)
         copied = []
         for name in sorted(set(os.listdir(self.folder)) - self.before):
-            if name.endswith(self.KEEP):
+            if name.endswith(self.KEEP) or (
+                    name.endswith(".txt") and any(p in name for p in self.KEEP_PASSES)):
                 shutil.copy2(self.folder / name, target / name)
                 copied.append(name)
         self.before |= set(copied)

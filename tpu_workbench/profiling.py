@@ -195,6 +195,16 @@ def op_stats(events: pd.DataFrame, steady_only: bool = True) -> pd.DataFrame:
     return out.sort_values("total_us", ascending=False, ignore_index=True)
 
 
+def op_costs_with_times(cost: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """XLA's cost per op (:func:`tpu_workbench.hlo.per_op_cost` of the step's optimised HLO)
+    joined with the profile's measured time per step of the same op: adds ``seconds`` (mean
+    per step) so a roofline plots *achieved* FLOP/s. Ops the profile did not see are dropped."""
+    times = ops.groupby("hlo_op", as_index=False)["per_step_us"].sum()
+    merged = cost.merge(times, left_on="name", right_on="hlo_op", how="inner")
+    merged["seconds"] = merged["per_step_us"] / 1e6
+    return merged.drop(columns=["hlo_op"])
+
+
 def add_arguments(parser: Any) -> None:
     """Arguments of ``tpu-workbench profile``."""
     from .spec import MODES

@@ -334,6 +334,8 @@ class Run:
             frame = records_frame(self.records)
             if len(frame):
                 frame.to_csv(self.partial_dir / "steps.csv", index=False)
+            with (self.partial_dir / "records.jsonl").open("w") as fh:  # every record, as sent
+                fh.writelines(json.dumps(r, default=str) + "\n" for r in self.records)
             if target.exists():
                 shutil.rmtree(target)
             self.partial_dir.rename(target)

@@ -1,0 +1,158 @@
+"""Charts of HLO modules: op mix, fusion table, roofline, diff (from :mod:`tpu_workbench.hlo`'s
+DataFrames only; nothing here parses HLO or runs experiments)."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+
+def _require(df: pd.DataFrame, columns: list[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} needs columns {missing}; the frame has {list(df.columns)}")
+
+
+def op_mix(ops: pd.DataFrame, top: int = 20, scope: str = "all",
+           title: str | None = None) -> alt.Chart:
+    """Bar chart of instructions per opcode (the `top` most frequent), from
+    :func:`tpu_workbench.hlo.instructions` (columns ``opcode``, ``is_entry``).
+
+    `scope`: ``all`` computations (fused ops included) or ``entry`` (top level only). With a
+    ``module`` column holding several modules, bars are stacked by module.
+    """
+    _require(ops, ["opcode", "is_entry"], "op_mix")
+    if scope not in ("all", "entry"):
+        raise ValueError(f"scope must be 'all' or 'entry', got {scope!r}")
+    df = ops[ops["is_entry"]] if scope == "entry" else ops
+    by = ["opcode", "module"] if "module" in df.columns and df["module"].nunique() > 1 \
+        else ["opcode"]
+    counts = df.groupby(by).size().reset_index(name="count")
+    keep = counts.groupby("opcode")["count"].sum().nlargest(top).index
+    counts = counts[counts["opcode"].isin(keep)]
+    enc = dict(
+        x=alt.X("count:Q", title="instructions"),
+        y=alt.Y("opcode:N", sort="-x", title=None),
+        tooltip=[*by, "count"],
+    )
+    if "module" in by:
+        enc["color"] = alt.Color("module:N", title="module")
+    where = "entry computation" if scope == "entry" else "all computations"
+    return (alt.Chart(counts).mark_bar().encode(**enc)
+            .properties(title=title or f"op mix: top {top} opcodes ({where})", width=420,
+                        height=max(120, 16 * len(keep))))
+
+
+def fusion_table(ops: pd.DataFrame) -> pd.DataFrame:
+    """Fusions of the entry computation: name, fusion_kind, shape, bytes, called, and the ops
+    inside each fused computation (``fused_ops``, ``fused_count``) -- a table, not a chart.
+
+    Input: :func:`tpu_workbench.hlo.instructions`.
+    """
+    _require(ops, ["opcode", "is_entry", "name", "fusion_kind", "called", "computation",
+                   "module"], "fusion_table")
+    inner = ops[ops["opcode"] != "parameter"].groupby(["module", "computation"])["opcode"]
+    inside = {k: v.value_counts().to_dict() for k, v in inner}
+    rows = []
+    for r in ops[ops["opcode"].isin(["fusion", "call"])].itertuples(index=False):
+        fused: dict[str, int] = {}
+        for comp in r.called:
+            for op, n in inside.get((r.module, comp), {}).items():
+                fused[op] = fused.get(op, 0) + int(n)
+        rows.append({"module": r.module, "computation": r.computation, "name": r.name,
+                     "opcode": r.opcode, "fusion_kind": r.fusion_kind,
+                     "shape": r.shape, "bytes": r.bytes, "called": ", ".join(r.called),
+                     "fused_count": sum(fused.values()),
+                     "fused_ops": ", ".join(f"{k} {v}" for k, v in
+                                            sorted(fused.items(), key=lambda kv: -kv[1]))})
+    cols = ["module", "computation", "name", "opcode", "fusion_kind", "shape", "bytes", "called",
+            "fused_count", "fused_ops"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
+             title: str | None = None, min_flops: float = 1.0) -> alt.LayerChart:
+    """Roofline (log-log): x = arithmetic intensity (FLOP/byte), y = FLOP/s.
+
+    `cost`: :func:`tpu_workbench.hlo.per_op_cost` (columns ``name``, ``opcode``, ``flops``,
+    ``bytes``; optional ``seconds`` -- measured time per op, e.g. from a profile -- plots the
+    *achieved* FLOP/s; without it each op sits at its *attainable* FLOP/s,
+    min(peak, intensity x bandwidth), i.e. on the roof). `peak_flops` in FLOP/s, `bandwidth` in
+    bytes/s. Ops with fewer than `min_flops` FLOPs (copies, data movement) are left out.
+    """
+    _require(cost, ["name", "opcode", "flops", "bytes"], "roofline")
+    if not (peak_flops > 0 and bandwidth > 0):
+        raise ValueError(f"peak_flops and bandwidth must be positive, got {peak_flops!r} and "
+                         f"{bandwidth!r}")
+    df = cost[(cost["flops"] >= min_flops) & (cost["bytes"] > 0)].copy()
+    df["intensity"] = df["flops"] / df["bytes"]
+    ridge = peak_flops / bandwidth
+    if "seconds" in df.columns:
+        df["flops_per_s"] = df["flops"] / df["seconds"]
+        y_what = "achieved"
+    else:
+        df["flops_per_s"] = [min(peak_flops, i * bandwidth) for i in df["intensity"]]
+        y_what = "attainable"
+    df["bound"] = ["compute" if i >= ridge else "memory" for i in df["intensity"]]
+    lo = min([ridge / 100, *df["intensity"].tolist()]) / 2
+    hi = max([ridge * 100, *df["intensity"].tolist()]) * 2
+    xs = [lo * (hi / lo) ** (k / 40) for k in range(41)] + [ridge]
+    roof = pd.DataFrame({"intensity": sorted(xs)})
+    roof["flops_per_s"] = [min(peak_flops, x * bandwidth) for x in roof["intensity"]]
+    x = alt.X("intensity:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~g"),
+              title="arithmetic intensity (FLOP/byte)")
+    y = alt.Y("flops_per_s:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"),
+              title=f"{y_what} FLOP/s")
+    line = alt.Chart(roof).mark_line(color="gray").encode(x=x, y=y)
+    tooltip = [c for c in ["name", "opcode", "fusion_kind", "source_op", "flops", "bytes",
+                           "intensity", "flops_per_s", "bound"] if c in df.columns]
+    size = alt.Size("flops:Q", title="FLOPs", scale=alt.Scale(type="sqrt")) if len(df) else \
+        alt.value(60)
+    points = alt.Chart(df).mark_circle(opacity=0.7).encode(
+        x=x, y=y, color=alt.Color("opcode:N", title="opcode"), size=size, tooltip=tooltip)
+    heading = title or (f"roofline: peak {peak_flops / 1e9:,.1f} GFLOP/s, "
+                        f"{bandwidth / 1e9:,.1f} GB/s, ridge {ridge:,.1f} FLOP/byte")
+    return (line + points).properties(title=heading, width=520, height=320)
+
+
+def diff_chart(diff: pd.DataFrame, top: int = 25, label_a: str | None = None,
+               label_b: str | None = None) -> alt.Chart:
+    """Diverging bars of the change in count per opcode and collective kind, b - a, from
+    :func:`tpu_workbench.hlo.diff` (columns ``kind``, ``item``, ``a``, ``b``, ``delta``,
+    ``status``); the modules row is in the title. Unchanged rows are left out."""
+    _require(diff, ["kind", "item", "a", "b", "delta", "status"], "diff_chart")
+    la = label_a or diff.attrs.get("label_a", "a")
+    lb = label_b or diff.attrs.get("label_b", "b")
+    mods = diff[diff["kind"] == "modules"]
+    df = diff[(diff["kind"] != "modules") & (diff["delta"] != 0)].copy()
+    df = df.reindex(df["delta"].abs().sort_values(ascending=False).index).head(top)
+    df["label"] = [f"{i} (collective)" if k == "collective" else i
+                   for k, i in zip(df["kind"], df["item"], strict=True)]
+    df["more_in"] = [lb if d > 0 else la for d in df["delta"]]
+    heading = f"op counts: {lb} minus {la}"
+    if len(mods):
+        heading += f" ({int(mods['a'].iloc[0])} vs {int(mods['b'].iloc[0])} modules)"
+    if not len(df):
+        heading += ": no difference"
+    return (alt.Chart(df).mark_bar().encode(
+        x=alt.X("delta:Q", title=f"count in {lb} - count in {la}"),
+        y=alt.Y("label:N", sort=alt.EncodingSortField("delta", order="descending"), title=None),
+        color=alt.Color("more_in:N", title="more in",
+                        scale=alt.Scale(domain=[la, lb], range=["#4c78a8", "#f58518"])),
+        tooltip=["kind", "item", "a", "b", "delta", "status"])
+        .properties(title=heading, width=420, height=max(120, 16 * max(len(df), 1))))
+
+
+def collective_table(coll: pd.DataFrame) -> pd.DataFrame:
+    """Collectives grouped by kind and replica groups: count, total bytes, group size -- from
+    :func:`tpu_workbench.hlo.collectives`."""
+    _require(coll, ["kind", "name", "replica_groups", "bytes", "group_size", "num_groups"],
+             "collective_table")
+    if not len(coll):
+        return pd.DataFrame(columns=["kind", "replica_groups", "count", "bytes", "group_size",
+                                     "num_groups"])
+    g = coll.assign(replica_groups=[str(x) for x in coll["replica_groups"]]).groupby(
+        ["kind", "replica_groups"], sort=False)
+    out = g.agg(count=("name", "size"), bytes=("bytes", "sum"), group_size=("group_size", "first"),
+                num_groups=("num_groups", "first")).reset_index()
+    return out

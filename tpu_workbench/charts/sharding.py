@@ -1,0 +1,167 @@
+"""Charts of sharding: who holds which slice, memory per device, collectives, step times.
+
+Every function takes a DataFrame with the documented columns (from
+:mod:`tpu_workbench.sharding`) and returns an Altair chart; nothing here runs experiments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import altair as alt
+import pandas as pd
+
+MB = 1e6
+PARTS = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
+         "inputs_bytes": "inputs"}
+
+
+def _require(df: pd.DataFrame, columns: list[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} needs columns {missing}; the frame has {list(df.columns)}")
+
+
+def layout_grid(layout: pd.DataFrame, tensor: str, mesh_shape: Sequence[int],
+                cell: int = 110) -> alt.LayerChart:
+    """The devices laid out as in the mesh, each cell coloured by the slice of `tensor` it holds.
+
+    Devices holding the same slice (replicas) share a colour; each cell is labelled with the
+    device, its index range per dim (``:`` = the whole dim) and its replica id. Rows are the
+    ``data`` axis, columns the ``model`` axis (a 1-D mesh is one row).
+
+    Columns (of :func:`tpu_workbench.sharding.layout_frame`): ``tensor``, ``device_name``,
+    ``row``, ``col``, ``index_label``, ``replica_id`` (``shape``, ``partition``, ``spec``,
+    ``shard_shape`` if present, for the title and tooltip).
+    """
+    _require(layout, ["tensor", "device_name", "row", "col", "index_label", "replica_id"],
+             "layout_grid")
+    frame = layout[layout["tensor"] == tensor].copy()
+    if frame.empty:
+        known = ", ".join(list(dict.fromkeys(layout["tensor"]))[:6])
+        raise ValueError(f"no layout rows for tensor {tensor!r}; tensors include: {known}")
+    mesh_shape = tuple(mesh_shape)
+    rows, cols = (mesh_shape if len(mesh_shape) == 2 else (1, mesh_shape[0]))
+    frame["label"] = (frame["device_name"] + "\n" + frame["index_label"] + "\nreplica "
+                      + frame["replica_id"].astype(str))
+    first = frame.iloc[0]
+    title = tensor
+    if "shape" in frame:
+        title += f" {list(first['shape'])}"
+    if "partition" in frame:
+        title += f" {first['partition']}"
+    subtitle = [f"mesh {'x'.join(map(str, mesh_shape))}: colour = the slice a device holds "
+                f"(same colour = replicas)"]
+    if "spec" in frame and first["spec"]:
+        subtitle.append(f"XLA: {first['spec']}")
+    tooltip = [c for c in ["device_name", "row", "col", "index_label", "shard_shape",
+                           "shard_bytes", "replica_id", "num_replicas"] if c in frame]
+    if "shard_shape" in frame:
+        frame["shard_shape"] = frame["shard_shape"].astype(str)
+    x = alt.X("col:O", title="model axis" if len(mesh_shape) == 2 else "data axis",
+              scale=alt.Scale(domain=list(range(cols))), axis=alt.Axis(labelAngle=0))
+    y = alt.Y("row:O", title="data axis" if len(mesh_shape) == 2 else "",
+              scale=alt.Scale(domain=list(range(rows))))
+    base = alt.Chart(frame).encode(x=x, y=y)
+    cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
+        color=alt.Color("index_label:N", title="slice held", scale=alt.Scale(scheme="tableau20")),
+        tooltip=tooltip)
+    text = base.mark_text(lineBreak="\n", fontSize=11, color="black").encode(text="label:N")
+    return (cells + text).properties(
+        title=alt.TitleParams(title, subtitle=subtitle), width=cell * cols, height=cell * rows)
+
+
+def memory_long(memory: pd.DataFrame) -> pd.DataFrame:
+    """:func:`tpu_workbench.sharding.memory_per_device` as long rows: ``device_name``,
+    ``part`` (params, grads, optimizer, inputs), ``mb``, ``xla_total_mb`` (+ ``strategy``)."""
+    _require(memory, ["device_name", *PARTS], "memory_bars")
+    keys = ["device", "device_name"] + [c for c in ("strategy",) if c in memory]
+    extra = memory["xla_total_bytes"] if "xla_total_bytes" in memory else float("nan")
+    wide = memory.assign(xla_total_mb=extra / MB)
+    long = wide.melt(id_vars=[*keys, "xla_total_mb"], value_vars=list(PARTS),
+                     var_name="part", value_name="bytes")
+    long["part"] = long["part"].map(PARTS)
+    long["mb"] = long["bytes"] / MB
+    return long
+
+
+def memory_bars(memory: pd.DataFrame) -> alt.Chart | alt.FacetChart:
+    """Stacked bars per device: parameters, gradients, optimizer state and inputs (MB); a black
+    tick marks XLA's own total for the compiled step where the run captured HLO. One panel per
+    ``strategy`` if that column is present.
+
+    Columns (of :func:`tpu_workbench.sharding.memory_per_device`): ``device``,
+    ``device_name``, ``params_bytes``, ``grads_bytes``, ``optimizer_bytes``, ``inputs_bytes``
+    (``xla_total_bytes``, ``strategy`` optional).
+    """
+    long = memory_long(memory)
+    order = list(dict.fromkeys(long.sort_values("device")["device_name"]))
+    x = alt.X("device_name:N", title="device", sort=order)
+    bars = alt.Chart().mark_bar().encode(
+        x=x, y=alt.Y("sum(mb):Q", title="MB per device"),
+        color=alt.Color("part:N", title="", sort=list(PARTS.values()),
+                        scale=alt.Scale(scheme="tableau10")),
+        order=alt.Order("part:N"),
+        tooltip=["device_name", "part", alt.Tooltip("mb:Q", format=",.3f")])
+    layers = [bars]
+    if long["xla_total_mb"].notna().any():
+        layers.append(alt.Chart().mark_tick(color="black", thickness=2, size=18).encode(
+            x=x, y=alt.Y("max(xla_total_mb):Q"),
+            tooltip=[alt.Tooltip("max(xla_total_mb):Q", title="XLA total (MB)",
+                                 format=",.3f")]))
+    title = "memory per device (black tick: XLA's total for the compiled step)" \
+        if len(layers) > 1 else "memory per device"
+    chart = alt.layer(*layers, data=long)
+    if "strategy" in long:
+        return chart.properties(width=260, height=220).facet(
+            column=alt.Column("strategy:N", title=None,
+                              sort=list(dict.fromkeys(long["strategy"])))).properties(title=title)
+    return chart.properties(title=title, width=420, height=240)
+
+
+def collective_bytes(collectives: pd.DataFrame) -> alt.Chart:
+    """Bytes moved by the collectives of one train step, stacked by kind; one bar per strategy
+    (or per mesh axis when there is no ``strategy`` column).
+
+    Columns (of :func:`tpu_workbench.sharding.collectives_frame`): ``kind``, ``bytes``
+    (``strategy``, ``axis``, ``estimated_us`` optional).
+    """
+    _require(collectives, ["kind", "bytes"], "collective_bytes")
+    frame = collectives.copy()
+    frame["mb"] = frame["bytes"] / MB
+    group = "strategy" if "strategy" in frame else "axis" if "axis" in frame else "kind"
+    tooltip = [group, "kind", alt.Tooltip("count():Q", title="ops"),
+               alt.Tooltip("sum(mb):Q", title="MB", format=",.3f")]
+    if "estimated_us" in frame:
+        tooltip.append(alt.Tooltip("sum(estimated_us):Q", title="est. us", format=",.2f"))
+    return (
+        alt.Chart(frame).mark_bar().encode(
+            x=alt.X(f"{group}:N", title=group, sort=list(dict.fromkeys(frame[group])),
+                    axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("sum(mb):Q", title="MB moved per step (per device)"),
+            color=alt.Color("kind:N", title="collective"), tooltip=tooltip)
+        .properties(title="collectives XLA inserted in the train step", width=320, height=240)
+    )
+
+
+def step_time_per_strategy(summary: pd.DataFrame) -> alt.LayerChart:
+    """Steady-state step time per strategy: median bar with its p10-p90 spread.
+
+    Columns: ``strategy``, ``steady_median_ms`` (``steady_p10_ms``, ``steady_p90_ms``, ``mesh``
+    optional; e.g. :func:`tpu_workbench.sharding.summary_frame`).
+    """
+    _require(summary, ["strategy", "steady_median_ms"], "step_time_per_strategy")
+    frame = summary.copy()
+    tooltip = [c for c in ["strategy", "mesh", "steady_median_ms", "steady_p10_ms",
+                           "steady_p90_ms", "first_step_ms", "collectives"] if c in frame]
+    x = alt.X("strategy:N", title="strategy", sort=list(frame["strategy"]),
+              axis=alt.Axis(labelAngle=0))
+    bars = alt.Chart(frame).mark_bar().encode(
+        x=x, y=alt.Y("steady_median_ms:Q", title="steady step time (ms)"),
+        color=alt.Color("strategy:N", legend=None), tooltip=tooltip)
+    layers = [bars]
+    if {"steady_p10_ms", "steady_p90_ms"} <= set(frame.columns):
+        layers.append(alt.Chart(frame).mark_rule(color="black").encode(
+            x=x, y="steady_p10_ms:Q", y2="steady_p90_ms:Q"))
+    return alt.layer(*layers).properties(
+        title="steady-state step time per strategy (median, p10-p90)", width=320, height=240)

@@ -1,0 +1,213 @@
+"""minGPT: a small decoder-only transformer (after Karpathy's minGPT), learning to sort digits.
+
+Task (minGPT's sorting demo): a sequence of ``length`` random digits in ``range(n_digits)`` is
+followed by its sorted version, e.g. ``2 0 1 1 0 2 | 0 0 1 1 2 2``. The model reads the sequence
+without its last token and predicts the next token at every position; only predictions of the
+sorted half are scored (the targets of the other positions are -1, ignored).
+
+The model is short on purpose (a notebook shows this source). Its Linear layers have GPT-2's
+names (``attn.c_attn``, ``attn.c_proj``, ``mlp.c_fc``, ``mlp.c_proj``) so tensor-parallel sharding
+rules can find them, and ``lm_head`` shares its weight with the token embedding ``transformer.wte``
+as in GPT-2, so the ``gpt2`` preset has GPT-2 small's 124,439,808 parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import SpecError
+from .base import Batch, ModelFamily
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 128
+    vocab_size: int = 3  # at least n_digits
+    block_size: int = 11  # longest sequence the position embedding covers: >= 2 * length - 1
+    length: int = 6  # digits to sort
+    n_digits: int = 3  # digits are 0 .. n_digits - 1
+    batch_size: int = 32
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # q, k, v for all heads at once
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+        mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
+        self.register_buffer("mask", mask.view(1, 1, cfg.block_size, cfg.block_size),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        # (B, T, C) -> (B, n_head, T, head_dim)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        # Explicit attention math rather than F.scaled_dot_product_attention: on torch_xla 2.9
+        # (XLA:CPU) both run with no CPU fallback in lazy mode, torch_xla.compile and
+        # torch.compile(backend="openxla"), and SDPA lowers to this same math anyway (plus extra
+        # isneginf/all/where ops). Written out, the QK^T and AV dots are plain to see in the HLO.
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
+            ln_f=nn.LayerNorm(cfg.n_embd),
+        ))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
+        # GPT-2 init: N(0, 0.02), residual projections scaled down by sqrt(2 * n_layer).
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+            elif p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+
+    def _apply(self, fn, *args, **kwargs):
+        # Module.to() replaces each parameter separately when the tensor type changes (CPU ->
+        # XLA, meta -> CPU with to_empty), which would untie lm_head from wte: tie them again.
+        super()._apply(fn, *args, **kwargs)
+        self.lm_head.weight = self.transformer.wte.weight
+        return self
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, vocab_size) of the next token at each position of `idx` (B, T)."""
+        pos = torch.arange(idx.size(1), device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def forward_matmul_flops(cfg: GPTConfig, batch_size: int) -> float:
+    """FLOPs (2*M*N*K) of every matmul in one forward pass over a batch of the sorting task.
+
+    With tokens N = batch_size * T (T = 2 * length - 1 positions), width d and vocab V, per layer:
+    c_attn 2*N*d*3d, QK^T 2*N*T*d, AV 2*N*T*d, attn.c_proj 2*N*d*d, mlp.c_fc 2*N*d*4d,
+    mlp.c_proj 2*N*4d*d, i.e. 24*N*d^2 + 4*N*T*d; plus lm_head 2*N*d*V. The full T x T score
+    matrix is counted (the causal mask does not skip any work). Embedding lookups, LayerNorm,
+    softmax and GELU are not matmuls and are left out.
+    """
+    d, T = cfg.n_embd, 2 * cfg.length - 1
+    n_tokens = batch_size * T
+    per_layer = 24 * n_tokens * d * d + 4 * n_tokens * T * d
+    return float(cfg.n_layer * per_layer + 2 * n_tokens * d * cfg.vocab_size)
+
+
+class MinGPTFamily(ModelFamily):
+    name = "mingpt"
+    presets = {
+        "tiny": GPTConfig(),
+        "gpt-mini": GPTConfig(n_layer=6, n_head=6, n_embd=192),  # minGPT's gpt-mini, 2.7 M
+        "gpt2": GPTConfig(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024,
+                          batch_size=8),  # GPT-2 small, 124 M
+    }
+    item_unit = "tokens"
+    default_lr = 5e-4  # minGPT's sorting demo
+
+    def check_config(self, cfg: GPTConfig) -> None:
+        for key in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "length",
+                    "n_digits", "batch_size"):
+            value = getattr(cfg, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise SpecError(f"mingpt {key} must be a positive int, got {value!r}")
+        if cfg.n_embd % cfg.n_head:
+            raise SpecError(f"mingpt n_head={cfg.n_head} must divide n_embd={cfg.n_embd}")
+        if cfg.n_digits < 2:
+            raise SpecError(f"mingpt n_digits must be at least 2, got {cfg.n_digits}")
+        if cfg.vocab_size < cfg.n_digits:
+            raise SpecError(f"mingpt vocab_size={cfg.vocab_size} is smaller than "
+                            f"n_digits={cfg.n_digits}; it must be at least n_digits")
+        if cfg.block_size < 2 * cfg.length - 1:
+            raise SpecError(f"mingpt block_size={cfg.block_size} is shorter than the task's "
+                            f"sequence (2 * length - 1 = {2 * cfg.length - 1} for "
+                            f"length={cfg.length}); it must be at least that")
+
+    def build(self, cfg: GPTConfig) -> nn.Module:
+        return GPT(cfg)
+
+    def make_batch(self, cfg: GPTConfig, batch_size: int, generator: torch.Generator) -> Batch:
+        digits = torch.randint(cfg.n_digits, (batch_size, cfg.length), generator=generator)
+        seq = torch.cat([digits, digits.sort(dim=1).values], dim=1)
+        x, y = seq[:, :-1].clone(), seq[:, 1:].clone()
+        y[:, : cfg.length - 1] = -1  # score only the predictions of the sorted half
+        return {"x": x, "y": y}
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        logits = model(batch["x"])
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["y"].reshape(-1),
+                               ignore_index=-1)
+
+    def evaluate(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Accuracy of the sorted half's tokens, each predicted from the true prefix."""
+        y = batch["y"]
+        scored = y != -1
+        correct = (model(batch["x"]).argmax(dim=-1) == y) & scored
+        return correct.sum().float() / scored.sum().float()
+
+    @torch.no_grad()
+    def sort_examples(self, model: nn.Module, cfg: GPTConfig, n: int,
+                      generator: torch.Generator) -> list[dict[str, object]]:
+        """Let `model` sort `n` random digit sequences by greedy decoding (its own outputs
+        feed back in, unlike `evaluate`'s teacher forcing): input, expected, predicted, ok."""
+        digits = torch.randint(cfg.n_digits, (n, cfg.length), generator=generator)
+        seq = digits
+        for _ in range(cfg.length):
+            logits = model(seq)[:, -1, : cfg.n_digits]
+            seq = torch.cat([seq, logits.argmax(dim=-1, keepdim=True)], dim=1)
+        expected = digits.sort(dim=1).values
+        predicted = seq[:, cfg.length:]
+        return [{"input": d.tolist(), "expected": e.tolist(), "predicted": p.tolist(),
+                 "ok": bool((e == p).all())}
+                for d, e, p in zip(digits, expected, predicted, strict=True)]
+
+    def items_per_batch(self, cfg: GPTConfig, batch_size: int) -> int:
+        return batch_size * (2 * cfg.length - 1)
+
+    def forward_matmul_flops(self, cfg: GPTConfig, batch_size: int) -> float:
+        return forward_matmul_flops(cfg, batch_size)
+
+    def flops_per_step(self, cfg: GPTConfig, batch_size: int) -> float:
+        """3 x forward_matmul_flops: the backward pass does two matmuls for each forward one."""
+        return 3 * forward_matmul_flops(cfg, batch_size)
