@@ -9,6 +9,7 @@ from pathlib import Path
 from . import charts
 from .errors import SpecError
 from .experiments import Comparison, label, run_many
+from .paths import writable_folder
 from .spec import CHANGES, MODES, ExperimentSpec
 
 DEFAULT_MODES = "torch_eager,inductor,eager,lazy,compile,dynamo"
@@ -32,18 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share warm workers between modes (default: a fresh worker per "
                              "mode, so every first step pays its full compile)")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
-
-
-def output_folder(path: Path) -> Path:
-    """Create `path` and check it is writable, before any expensive work."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise SpecError(f"output folder {str(path)!r} is not writable: {exc.strerror}") from None
-    return path
 
 
 def specs_from_args(args: argparse.Namespace) -> list[ExperimentSpec]:
@@ -88,7 +77,7 @@ def write_outputs(comparison: Comparison, out: Path, steps: int) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    out = output_folder(args.out)
+    out = writable_folder(args.out)
     specs = specs_from_args(args)  # bad input fails here, before any worker starts
     with tqdm(total=len(specs) * args.steps, unit="step", desc="bench", file=sys.stderr) as bar:
 

@@ -134,9 +134,9 @@ def build_site(out: Path, smoke: bool = False, offline: bool = True,
         nbs = [p for p in nbs if p.stem in only]
     if not nbs:
         raise SpecError(f"no marimo notebooks in {folder}")
-    from .bench import output_folder
+    from .paths import writable_folder
 
-    site = output_folder(out)
+    site = writable_folder(out)
     results: dict[str, list[str]] = {}
     entries = []
     for nb in nbs:

@@ -1248,21 +1248,12 @@ def search(source: HloLike | Sequence[HloLike], pattern: str, regex: bool = True
 
 
 def parse_mesh(text: str | None) -> tuple[int, ...] | None:
-    """``"2x4"`` (or ``"8"``, or a named mesh such as ``v6e-8`` where
-    :mod:`tpu_workbench.sharding` knows it) -> (2, 4); None or "" -> None; SpecError otherwise."""
+    """``"2x4"`` or a named mesh (``v6e-8``) -> (2, 4); None or "" -> None; SpecError otherwise."""
     if text is None or not str(text).strip():
         return None
-    try:
-        from .sharding import parse_mesh as sharding_parse_mesh
-    except ImportError:
-        sharding_parse_mesh = None
-    if sharding_parse_mesh is not None:
-        return sharding_parse_mesh(str(text))
-    parts = re.split(r"[x,*]", str(text).strip().lower())
-    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise SpecError(f"mesh {text!r} is not a mesh shape; write positive sizes joined by "
-                        "'x', e.g. 2x4 (2 data x 4 model devices) or 8")
-    return tuple(int(p) for p in parts)
+    from .sharding import parse_mesh as sharding_parse_mesh
+
+    return sharding_parse_mesh(str(text))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -1277,18 +1268,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=2, help="training steps (default: 2)")
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--out", type=Path, required=True, help="output folder")
-
-
-def _output_folder(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise SpecError(f"output folder {str(path)!r} is not writable: "
-                        f"{exc.strerror or exc}") from None
-    return path
 
 
 def spec_from_args(args: argparse.Namespace):
@@ -1357,10 +1336,11 @@ def _fmt_flops(v: float | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """``tpu-workbench hlo``: run a spec with HLO capture; write the HLO, ops.csv, summary.json."""
+    from .paths import writable_folder
     from .runner import run as run_spec
 
     spec = spec_from_args(args)  # bad model/mode/mesh fail here, before any worker starts
-    out = _output_folder(args.out)
+    out = writable_folder(args.out)
     print(f"running {spec.model}/{spec.preset} mode={spec.mode} steps={spec.steps}"
           + (f" mesh={'x'.join(map(str, spec.mesh))} strategy={spec.strategy}" if spec.mesh
              else "") + " with HLO capture...", file=sys.stderr)

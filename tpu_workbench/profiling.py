@@ -221,15 +221,15 @@ def run(args: Any) -> int:
     """Profile a few steps; write the traces, ops.csv and steps.csv; print the top ops."""
     import shutil
 
-    from .bench import output_folder
     from .errors import SpecError
+    from .paths import writable_folder
     from .runner import run as run_spec
     from .spec import ExperimentSpec
 
     if not isinstance(args.steps, int) or args.steps <= 0:
         raise SpecError(f"--steps must be a positive number of steps to profile, got "
                         f"{args.steps!r}")
-    out = output_folder(args.out)
+    out = writable_folder(args.out)
     spec = ExperimentSpec(model=args.model, preset=args.preset, mode=args.mode,
                           steps=args.steps, capture=("profile",)).validate()
     result = run_spec(spec)

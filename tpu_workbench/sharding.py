@@ -1025,11 +1025,11 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from . import runner
-    from .bench import output_folder
     from .charts import sharding as sharding_charts
     from .errors import WorkbenchError
+    from .paths import writable_folder
 
-    out = output_folder(args.out)
+    out = writable_folder(args.out)
     specs = specs_from_args(args)  # bad input fails here, before any worker starts
     if args.tensor is not None and not isinstance(args.tensor, str):
         raise SpecError(f"--tensor must be a name, got {args.tensor!r}")

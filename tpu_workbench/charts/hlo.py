@@ -6,11 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-
-def _require(df: pd.DataFrame, columns: list[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{what} needs columns {missing}; the frame has {list(df.columns)}")
+from ._common import require_columns
 
 
 def op_mix(ops: pd.DataFrame, top: int = 20, scope: str = "all",
@@ -21,7 +17,7 @@ def op_mix(ops: pd.DataFrame, top: int = 20, scope: str = "all",
     `scope`: ``all`` computations (fused ops included) or ``entry`` (top level only). With a
     ``module`` column holding several modules, bars are stacked by module.
     """
-    _require(ops, ["opcode", "is_entry"], "op_mix")
+    require_columns(ops, ["opcode", "is_entry"], "op_mix")
     if scope not in ("all", "entry"):
         raise ValueError(f"scope must be 'all' or 'entry', got {scope!r}")
     df = ops[ops["is_entry"]] if scope == "entry" else ops
@@ -49,7 +45,7 @@ def fusion_table(ops: pd.DataFrame) -> pd.DataFrame:
 
     Input: :func:`tpu_workbench.hlo.instructions`.
     """
-    _require(ops, ["opcode", "is_entry", "name", "fusion_kind", "called", "computation",
+    require_columns(ops, ["opcode", "is_entry", "name", "fusion_kind", "called", "computation",
                    "module"], "fusion_table")
     inner = ops[ops["opcode"] != "parameter"].groupby(["module", "computation"])["opcode"]
     inside = {k: v.value_counts().to_dict() for k, v in inner}
@@ -80,7 +76,7 @@ def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
     min(peak, intensity x bandwidth), i.e. on the roof). `peak_flops` in FLOP/s, `bandwidth` in
     bytes/s. Ops with fewer than `min_flops` FLOPs (copies, data movement) are left out.
     """
-    _require(cost, ["name", "opcode", "flops", "bytes"], "roofline")
+    require_columns(cost, ["name", "opcode", "flops", "bytes"], "roofline")
     if not (peak_flops > 0 and bandwidth > 0):
         raise ValueError(f"peak_flops and bandwidth must be positive, got {peak_flops!r} and "
                          f"{bandwidth!r}")
@@ -120,7 +116,7 @@ def diff_chart(diff: pd.DataFrame, top: int = 25, label_a: str | None = None,
     """Diverging bars of the change in count per opcode and collective kind, b - a, from
     :func:`tpu_workbench.hlo.diff` (columns ``kind``, ``item``, ``a``, ``b``, ``delta``,
     ``status``); the modules row is in the title. Unchanged rows are left out."""
-    _require(diff, ["kind", "item", "a", "b", "delta", "status"], "diff_chart")
+    require_columns(diff, ["kind", "item", "a", "b", "delta", "status"], "diff_chart")
     la = label_a or diff.attrs.get("label_a", "a")
     lb = label_b or diff.attrs.get("label_b", "b")
     mods = diff[diff["kind"] == "modules"]
@@ -146,7 +142,7 @@ def diff_chart(diff: pd.DataFrame, top: int = 25, label_a: str | None = None,
 def collective_table(coll: pd.DataFrame) -> pd.DataFrame:
     """Collectives grouped by kind and replica groups: count, total bytes, group size -- from
     :func:`tpu_workbench.hlo.collectives`."""
-    _require(coll, ["kind", "name", "replica_groups", "bytes", "group_size", "num_groups"],
+    require_columns(coll, ["kind", "name", "replica_groups", "bytes", "group_size", "num_groups"],
              "collective_table")
     if not len(coll):
         return pd.DataFrame(columns=["kind", "replica_groups", "count", "bytes", "group_size",

@@ -9,13 +9,10 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from ._common import require_columns
+
 MODE_COLORS = alt.Scale(scheme="tableau10")
 
-
-def _require(df: pd.DataFrame, columns: list[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{what} needs columns {missing}; the frame has {list(df.columns)}")
 
 
 def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.Chart:
@@ -26,7 +23,7 @@ def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.Chart:
     if steps.empty:
         return alt.Chart(pd.DataFrame({"step": [], "wall_ms": []})).mark_line().properties(
             title="step time (waiting for the first records)", width=520, height=260)
-    _require(steps, ["step", "wall_ms", "mode"], "step_times")
+    require_columns(steps, ["step", "wall_ms", "mode"], "step_times")
     tooltip = [c for c in ["mode", "step", "wall_ms", "loss", "compiles"] if c in steps.columns]
     y = alt.Y("wall_ms:Q", title="step time (ms)",
               scale=alt.Scale(type="log") if log_scale else alt.Scale())
@@ -42,7 +39,7 @@ def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.Chart:
 
 def loss_curves(steps: pd.DataFrame) -> alt.Chart:
     """Training loss over steps, one line per mode. Columns: ``step``, ``loss``, ``mode``."""
-    _require(steps, ["step", "loss", "mode"], "loss_curves")
+    require_columns(steps, ["step", "loss", "mode"], "loss_curves")
     return (
         alt.Chart(steps)
         .mark_line()
@@ -57,7 +54,7 @@ def steady_times(summary: pd.DataFrame) -> alt.LayerChart:
 
     Columns: ``mode``, ``steady_median_ms``, ``steady_p10_ms``, ``steady_p90_ms``.
     """
-    _require(summary, ["mode", "steady_median_ms", "steady_p10_ms", "steady_p90_ms"],
+    require_columns(summary, ["mode", "steady_median_ms", "steady_p10_ms", "steady_p90_ms"],
              "steady_times")
     base = alt.Chart(summary).encode(y=alt.Y("mode:N", sort="x", title=None))
     bars = base.mark_bar().encode(
@@ -75,7 +72,7 @@ def first_vs_steady(summary: pd.DataFrame) -> alt.LayerChart:
     length of each bar is what compiling cost. Columns: ``mode``, ``first_step_ms``,
     ``steady_median_ms``.
     """
-    _require(summary, ["mode", "first_step_ms", "steady_median_ms"], "first_vs_steady")
+    require_columns(summary, ["mode", "first_step_ms", "steady_median_ms"], "first_vs_steady")
     long = summary.melt(id_vars=["mode"], value_vars=["first_step_ms", "steady_median_ms"],
                         var_name="which", value_name="ms")
     long["which"] = long["which"].map({"first_step_ms": "first step (compile)",
@@ -95,7 +92,7 @@ def compiles_per_mode(summary: pd.DataFrame) -> alt.Chart:
 
     Columns: ``mode``, ``compiles_total``, ``compiles_steady``.
     """
-    _require(summary, ["mode", "compiles_total", "compiles_steady"], "compiles_per_mode")
+    require_columns(summary, ["mode", "compiles_total", "compiles_steady"], "compiles_per_mode")
     long = summary.melt(id_vars=["mode"], value_vars=["compiles_total", "compiles_steady"],
                         var_name="which", value_name="compiles")
     long["which"] = long["which"].str.replace("compiles_", "")
@@ -117,7 +114,7 @@ def recompile_timeline(compiles: pd.DataFrame, steps: int | None = None) -> alt.
 
     Columns: ``mode``, ``step``, ``explanation`` (and ``cause``, ``frame`` for tooltips).
     """
-    _require(compiles, ["mode", "step", "explanation"], "recompile_timeline")
+    require_columns(compiles, ["mode", "step", "explanation"], "recompile_timeline")
     x = alt.X("step:Q", title="step", scale=alt.Scale(domain=[0, steps]) if steps else alt.Scale())
     return (
         alt.Chart(compiles)

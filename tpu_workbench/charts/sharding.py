@@ -11,15 +11,12 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
+from ._common import require_columns
+
 MB = 1e6
 PARTS = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
          "inputs_bytes": "inputs"}
 
-
-def _require(df: pd.DataFrame, columns: list[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{what} needs columns {missing}; the frame has {list(df.columns)}")
 
 
 def layout_grid(layout: pd.DataFrame, tensor: str, mesh_shape: Sequence[int],
@@ -34,7 +31,7 @@ def layout_grid(layout: pd.DataFrame, tensor: str, mesh_shape: Sequence[int],
     ``row``, ``col``, ``index_label``, ``replica_id`` (``shape``, ``partition``, ``spec``,
     ``shard_shape`` if present, for the title and tooltip).
     """
-    _require(layout, ["tensor", "device_name", "row", "col", "index_label", "replica_id"],
+    require_columns(layout, ["tensor", "device_name", "row", "col", "index_label", "replica_id"],
              "layout_grid")
     frame = layout[layout["tensor"] == tensor].copy()
     if frame.empty:
@@ -74,7 +71,7 @@ def layout_grid(layout: pd.DataFrame, tensor: str, mesh_shape: Sequence[int],
 def memory_long(memory: pd.DataFrame) -> pd.DataFrame:
     """:func:`tpu_workbench.sharding.memory_per_device` as long rows: ``device_name``,
     ``part`` (params, grads, optimizer, inputs), ``mb``, ``xla_total_mb`` (+ ``strategy``)."""
-    _require(memory, ["device_name", *PARTS], "memory_bars")
+    require_columns(memory, ["device_name", *PARTS], "memory_bars")
     keys = ["device", "device_name"] + [c for c in ("strategy",) if c in memory]
     extra = memory["xla_total_bytes"] if "xla_total_bytes" in memory else float("nan")
     wide = memory.assign(xla_total_mb=extra / MB)
@@ -126,7 +123,7 @@ def collective_bytes(collectives: pd.DataFrame) -> alt.Chart:
     Columns (of :func:`tpu_workbench.sharding.collectives_frame`): ``kind``, ``bytes``
     (``strategy``, ``axis``, ``estimated_us`` optional).
     """
-    _require(collectives, ["kind", "bytes"], "collective_bytes")
+    require_columns(collectives, ["kind", "bytes"], "collective_bytes")
     frame = collectives.copy()
     frame["mb"] = frame["bytes"] / MB
     group = "strategy" if "strategy" in frame else "axis" if "axis" in frame else "kind"
@@ -150,7 +147,7 @@ def step_time_per_strategy(summary: pd.DataFrame) -> alt.LayerChart:
     Columns: ``strategy``, ``steady_median_ms`` (``steady_p10_ms``, ``steady_p90_ms``, ``mesh``
     optional; e.g. :func:`tpu_workbench.sharding.summary_frame`).
     """
-    _require(summary, ["strategy", "steady_median_ms"], "step_time_per_strategy")
+    require_columns(summary, ["strategy", "steady_median_ms"], "step_time_per_strategy")
     frame = summary.copy()
     tooltip = [c for c in ["strategy", "mesh", "steady_median_ms", "steady_p10_ms",
                            "steady_p90_ms", "first_step_ms", "collectives"] if c in frame]
