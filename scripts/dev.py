@@ -73,7 +73,9 @@ def main(argv: list[str]) -> int:
     _run([str(bin_dir / "ruff"), "check", "."])
     _run([str(bin_dir / "marimo"), "check", "--strict", *sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.py"))])
-    return subprocess.run([str(PY), "-m", "pytest", *rest], cwd=ROOT).returncode
+    # --durations: the slowest tests in every CI log, to keep the suite under its time budget.
+    return subprocess.run([str(PY), "-m", "pytest", "--durations=15", *rest],
+                          cwd=ROOT).returncode
 
 
 if __name__ == "__main__":
