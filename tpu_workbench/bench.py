@@ -67,10 +67,7 @@ def write_outputs(comparison: Comparison, out: Path, steps: int) -> list[Path]:
     if len(comparison.compiles):
         figures["recompiles"] = charts.recompile_timeline(comparison.compiles, steps)
     for name, chart in figures.items():
-        for ext in ("html", "png"):
-            path = out / f"{name}.{ext}"
-            chart.save(str(path), **({"scale_factor": 2} if ext == "png" else {}))
-            written.append(path)
+        written += charts.save_chart(chart, out, name)
     return written
 
 

@@ -7,6 +7,7 @@ to a sub-parser and returns the function that runs it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Callable
@@ -80,48 +81,28 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_bench(parser: argparse.ArgumentParser) -> Handler:
-    from . import bench
+def _subcommand(module: str) -> Callable[[argparse.ArgumentParser], Handler]:
+    """Arguments and handler of a subcommand living in ``tpu_workbench.<module>``
+    (its ``add_arguments(parser)`` and ``run(args)``), imported only when used."""
 
-    bench.add_arguments(parser)
-    return bench.run
+    def add(parser: argparse.ArgumentParser) -> Handler:
+        mod = importlib.import_module(f"{__package__}.{module}")
+        mod.add_arguments(parser)
+        return mod.run
 
-
-def _add_profile(parser: argparse.ArgumentParser) -> Handler:
-    from . import profiling
-
-    profiling.add_arguments(parser)
-    return profiling.run
-
-
-def _add_docs(parser: argparse.ArgumentParser) -> Handler:
-    from . import docs
-
-    docs.add_arguments(parser)
-    return docs.run
-
-
-def _add_hlo(parser: argparse.ArgumentParser) -> Handler:
-    from . import hlo
-
-    hlo.add_arguments(parser)
-    return hlo.run
-
-
-def _add_shard(parser: argparse.ArgumentParser) -> Handler:
-    from . import sharding
-
-    sharding.add_arguments(parser)
-    return sharding.run
+    return add
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
     "info": ("what can run here: backends, devices, peaks, versions", _add_info),
-    "bench": ("compare execution modes: steps.csv, summary.csv and charts", _add_bench),
-    "hlo": ("what XLA compiled: HLO texts, ops.csv, summary.json", _add_hlo),
-    "shard": ("lay a model out on a device mesh: layouts, memory, collectives", _add_shard),
-    "profile": ("profile training steps: traces, ops.csv, steps.csv, top ops", _add_profile),
-    "docs": ("export every notebook into a static site that works offline", _add_docs),
+    "bench": ("compare execution modes: steps.csv, summary.csv and charts",
+              _subcommand("bench")),
+    "hlo": ("what XLA compiled: HLO texts, ops.csv, summary.json", _subcommand("hlo")),
+    "shard": ("lay a model out on a device mesh: layouts, memory, collectives",
+              _subcommand("sharding")),
+    "profile": ("profile training steps: traces, ops.csv, steps.csv, top ops",
+                _subcommand("profiling")),
+    "docs": ("export every notebook into a static site that works offline", _subcommand("docs")),
 }
 
 

@@ -1010,21 +1010,13 @@ def _default_tensor(layout: pd.DataFrame) -> str:
     return str((split if len(split) else per)["size"].idxmax())
 
 
-def _save_chart(chart: Any, out: Path, name: str) -> list[Path]:
-    written = []
-    for ext in ("html", "png"):
-        path = out / f"{name}.{ext}"
-        chart.save(str(path), **({"scale_factor": 2} if ext == "png" else {}))
-        written.append(path)
-    return written
-
-
 def run(args: argparse.Namespace) -> int:
     """``tpu-workbench shard``: run strategies on a mesh; write layout.csv, memory.csv,
     collectives.csv, summary.json and charts (HTML + PNG) to ``--out``."""
     import pandas as pd
 
     from . import runner
+    from .charts import save_chart
     from .charts import sharding as sharding_charts
     from .errors import WorkbenchError
     from .paths import writable_folder
@@ -1087,14 +1079,14 @@ def run(args: argparse.Namespace) -> int:
                 errors[f"{s} layout"] = (f"no tensor {tensor!r}; tensors: "
                                          + ", ".join(layout["tensor"].unique()[:8]) + "...")
                 continue
-            written += _save_chart(sharding_charts.layout_grid(frame, tensor, r.spec.mesh),
+            written += save_chart(sharding_charts.layout_grid(frame, tensor, r.spec.mesh),
                                    out, f"layout_{s}")
-        written += _save_chart(sharding_charts.memory_bars(memory), out, "memory")
+        written += save_chart(sharding_charts.memory_bars(memory), out, "memory")
         if len(collectives):
-            written += _save_chart(sharding_charts.collective_bytes(collectives), out,
+            written += save_chart(sharding_charts.collective_bytes(collectives), out,
                                    "collectives")
         if len(summary):
-            written += _save_chart(sharding_charts.step_time_per_strategy(summary), out,
+            written += save_chart(sharding_charts.step_time_per_strategy(summary), out,
                                    "step_time")
     if len(summary):
         cols = [c for c in ["strategy", "mesh", "first_step_ms", "steady_median_ms",

@@ -4,6 +4,7 @@ Every function takes DataFrames with documented columns and returns an Altair ch
 runs experiments.
 """
 
+from ._common import save_chart
 from .hlo import collective_table, diff_chart, fusion_table, op_mix, roofline
 from .modes import (
     compiles_per_mode,
@@ -19,6 +20,6 @@ from .sharding import collective_bytes, layout_grid, memory_bars, step_time_per_
 __all__ = [
     "collective_bytes", "collective_table", "compiles_per_mode", "diff_chart",
     "first_vs_steady", "fusion_table", "layout_grid", "loss_curves", "memory_bars", "op_mix",
-    "recompile_timeline", "roofline", "steady_times", "step_breakdown",
+    "recompile_timeline", "roofline", "save_chart", "steady_times", "step_breakdown",
     "step_time_per_strategy", "step_times", "timeline", "top_ops",
 ]
