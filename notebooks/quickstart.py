@@ -12,6 +12,8 @@ with app.setup:
     from tpu_workbench import hlo, profiling, sharding
 
     SMOKE = wb.smoke_mode()
+    # Smoke runs (CI) use the smallest model; a user gets the model picked below.
+    SMOKE_MODEL = "mlp"
 
 
 @app.cell(hide_code=True)
@@ -89,7 +91,8 @@ def _():
 @app.cell
 def _(model, modes, steps):
     _n_steps = 5 if SMOKE else steps.value
-    specs = [wb.ExperimentSpec(model=model.value, preset="tiny", mode=_m, steps=_n_steps)
+    specs = [wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
+                               mode=_m, steps=_n_steps)
              for _m in modes.value]
     _shown = [0]
 
@@ -147,8 +150,8 @@ def _():
 
 @app.cell
 def _(model):
-    _spec = wb.ExperimentSpec(model=model.value, preset="tiny", mode="compile",
-                              steps=3 if SMOKE else 8, capture=("hlo", "profile"))
+    _spec = wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
+                              mode="compile", steps=3 if SMOKE else 8, capture=("hlo", "profile"))
     with mo.status.spinner(title="compiling with HLO dumps and profiling"):
         captured = wb.run(_spec)
     _after = hlo.main_module(hlo.load_run_hlo(captured), "after_optimizations")
@@ -192,7 +195,8 @@ def _():
 @app.cell
 def _(mesh, model, strategy):
     _shape = sharding.MESHES[mesh.value]
-    _spec = wb.ExperimentSpec(model=model.value, preset="tiny", mode="compile", steps=2,
+    _spec = wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
+                              mode="compile", steps=2,
                               mesh=_shape, num_devices=math.prod(_shape),
                               strategy=strategy.value)
     with mo.status.spinner(title=f"training 2 steps on a {mesh.value} mesh"):

@@ -23,7 +23,7 @@ def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     mp = pytest.MonkeyPatch()
     mp.setenv("TPU_WORKBENCH_RESULTS", str(out.parent / "results"))
-    results = docs.build_site(out, smoke=True, offline=True)
+    results = docs.build_site(out, smoke=True, offline=True, jobs=2)
     mp.undo()
     return out, results
 

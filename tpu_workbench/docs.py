@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .errors import SpecError
@@ -124,8 +125,11 @@ their outputs from a real run ({time.strftime('%Y-%m-%d')}).</p>
 
 
 def build_site(out: Path, smoke: bool = False, offline: bool = True,
-               folder: Path = NOTEBOOKS, only: list[str] | None = None) -> dict[str, list[str]]:
-    """Export the notebooks into `out`; return {notebook: problems} (all empty on success)."""
+               folder: Path = NOTEBOOKS, only: list[str] | None = None,
+               jobs: int = 1) -> dict[str, list[str]]:
+    """Export the notebooks into `out`, `jobs` at a time; return {notebook: problems} (all
+    empty on success). Each export is its own process tree, mostly waiting on worker start-up,
+    so two at a time pay off even on two cores."""
     nbs = notebooks(folder)
     if only:
         unknown = sorted(set(only) - {p.stem for p in nbs})
@@ -136,18 +140,21 @@ def build_site(out: Path, smoke: bool = False, offline: bool = True,
         raise SpecError(f"no marimo notebooks in {folder}")
     from .paths import writable_folder
 
+    if not isinstance(jobs, int) or jobs < 1:
+        raise SpecError(f"jobs must be a positive int, got {jobs!r}")
     site = writable_folder(out)
-    results: dict[str, list[str]] = {}
-    entries = []
-    for nb in nbs:
+
+    def one(nb: Path) -> list[str]:
         t0 = time.perf_counter()
-        page = site / f"{nb.stem}.html"
-        problems = export(nb, page, smoke)
-        results[nb.name] = problems
+        problems = export(nb, site / f"{nb.stem}.html", smoke)
         status = "ok" if not problems else "FAILED: " + "; ".join(problems)[:400]
         print(f"  {nb.name:<28} {time.perf_counter() - t0:6.1f} s  {status}", flush=True)
-        if page.exists():
-            entries.append((page, app_title(nb), app_summary(nb)))
+        return problems
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = dict(zip([nb.name for nb in nbs], pool.map(one, nbs), strict=True))
+    entries = [(site / f"{nb.stem}.html", app_title(nb), app_summary(nb)) for nb in nbs
+               if (site / f"{nb.stem}.html").exists()]
     if offline:
         make_offline(site, [e[0] for e in entries])
     write_index(site, entries)
@@ -161,12 +168,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--online", action="store_true",
                         help="load marimo's frontend from its CDN instead of bundling it")
     parser.add_argument("--only", default=None, help="comma-separated notebook names")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks exported at a time")
 
 
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     only = [n.strip() for n in args.only.split(",")] if args.only else None
-    results = build_site(args.out, smoke=args.smoke, offline=not args.online, only=only)
+    results = build_site(args.out, smoke=args.smoke, offline=not args.online, only=only,
+                         jobs=args.jobs)
     failed = [name for name, problems in results.items() if problems]
     print(f"{len(results) - len(failed)}/{len(results)} notebooks exported to {args.out} in "
           f"{time.perf_counter() - t0:.0f} s; serve with `python -m http.server -d {args.out}`")
