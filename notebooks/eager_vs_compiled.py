@@ -48,18 +48,7 @@ def _(cold, model, modes, steps):
     _model = "mlp" if SMOKE else model.value
     _specs = [wb.ExperimentSpec(model=_model, preset="tiny", mode=_m, steps=_n)
               for _m in _modes]
-    _done = [0]
-    with mo.status.progress_bar(total=max(len(_specs) * _n, 1), title="training",
-                                remove_on_exit=True) as _bar:
-
-        def _update(frame, spec, done):
-            _bar.update(increment=done - _done[0], subtitle=wb.label(spec))
-            _done[0] = done
-            mo.output.replace(wb.charts.step_times(frame))
-
-        comparison = wb.run_many(_specs, on_update=_update, every_s=0.4,
-                                 cold=cold.value and not SMOKE)
-    mo.output.replace(wb.charts.step_times(comparison.steps))
+    comparison = wb.run_live(_specs, cold=cold.value and not SMOKE)
     return (comparison,)
 
 

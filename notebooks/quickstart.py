@@ -94,20 +94,9 @@ def _(model, modes, steps):
     specs = [wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
                                mode=_m, steps=_n_steps)
              for _m in modes.value]
-    _shown = [0]
-
-    with mo.status.progress_bar(total=max(len(specs) * _n_steps, 1), title="training",
-                                remove_on_exit=True) as _bar:
-
-        def _update(frame, spec, done):
-            _bar.update(increment=done - _shown[0], subtitle=wb.label(spec))
-            _shown[0] = done
-            mo.output.replace(wb.charts.step_times(frame))
-
-        # A fresh worker per mode: every first step pays its own compile (a warm worker would
-        # serve `compile` the graph `lazy` just compiled). Smoke runs (CI) share workers.
-        comparison = wb.run_many(specs, on_update=_update, every_s=0.4, cold=not SMOKE)
-    mo.output.replace(wb.charts.step_times(comparison.steps))
+    # A fresh worker per mode: every first step pays its own compile (a warm worker would
+    # serve `compile` the graph `lazy` just compiled). Smoke runs (CI) share workers.
+    comparison = wb.run_live(specs, cold=not SMOKE)
     return (comparison,)
 
 

@@ -20,7 +20,7 @@ from .errors import (
 )
 from .experiments import Comparison, label, run_many
 from .models import load_trained, model_names
-from .notebook import image_grid, smoke_mode
+from .notebook import image_grid, run_live, smoke_mode
 from .runner import RunResult, WorkerPool, default_pool, probe, records_frame, run, submit
 from .spec import MODES, ExperimentSpec, RuntimeConfig, runtime_config
 from .timing import compile_events, summarize, summarize_results
@@ -32,7 +32,7 @@ __all__ = [
     "CHIPS", "MODES", "charts", "Chip", "chip_table", "Comparison", "compile_events",
     "default_pool", "describe", "ExperimentSpec", "get_chip", "hlo", "host_peak_flops",
     "image_grid", "label", "load_trained", "model_names", "probe", "profiling",
-    "records_frame", "run", "run_many", "RunCancelled", "RunFailed", "RunResult",
+    "records_frame", "run", "run_live", "run_many", "RunCancelled", "RunFailed", "RunResult",
     "runtime_config", "RuntimeConfig", "RunTimeout", "sharding", "smoke_mode", "SpecError",
     "submit", "summarize", "summarize_results", "tpu_status", "validate_xla_flags", "versions",
     "WorkbenchError", "WorkerCrashed", "WorkerError", "WorkerPool",

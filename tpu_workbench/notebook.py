@@ -29,3 +29,25 @@ def image_grid(images, columns: int = 8, scale: int = 3):
     array = (grid.permute(1, 2, 0) * 255).round().to(torch.uint8).numpy()
     image = Image.fromarray(array)
     return image.resize((image.width * scale, image.height * scale), Image.NEAREST)
+
+
+def run_live(specs: list, cold: bool = False, every_s: float = 0.4):
+    """Run `specs` one after another inside a marimo cell: a progress bar over all their steps
+    and a step-time chart that grows as records stream in. Returns the Comparison."""
+    import marimo as mo
+
+    from .charts import step_times
+    from .experiments import label, run_many
+
+    total = max(sum(s.steps for s in specs), 1)
+    shown = [0]
+    with mo.status.progress_bar(total=total, title="training", remove_on_exit=True) as bar:
+
+        def update(frame, spec, done: int) -> None:
+            bar.update(increment=done - shown[0], subtitle=label(spec))
+            shown[0] = done
+            mo.output.replace(step_times(frame))
+
+        comparison = run_many(specs, on_update=update, every_s=every_s, cold=cold)
+    mo.output.replace(step_times(comparison.steps))
+    return comparison
