@@ -56,16 +56,7 @@ def _():
 def _(mode, steps):
     _spec = wb.ExperimentSpec(model="mingpt", preset="tiny", mode=mode.value,
                               steps=4 if SMOKE else steps.value, capture=("checkpoint",))
-    with mo.status.progress_bar(total=_spec.steps, title="training minGPT tiny",
-                                remove_on_exit=True) as _bar:
-        _run = wb.submit(_spec)
-        for _record in _run:
-            if _record.get("kind") == "step":
-                _bar.update(subtitle=f"loss {_record['loss']:.3f}")
-                if _record["step"] % 10 == 0:
-                    mo.output.replace(wb.charts.loss_curves(
-                        _run.steps_frame().assign(mode=_spec.mode)))
-        result = _run.result()
+    result = wb.run_live([_spec], chart=wb.charts.loss_curves).result()
     mo.vstack([
         mo.md(f"Token accuracy of the sorted half on held-out sequences: "
               f"**{result.summary['metric']:.0%}** after {_spec.steps} steps "

@@ -58,15 +58,7 @@ def _(mode, steps):
     _spec = wb.ExperimentSpec(model="resnet", preset="tiny",
                               mode="torch_eager" if SMOKE else mode.value,
                               steps=3 if SMOKE else steps.value)
-    with mo.status.progress_bar(total=_spec.steps, title="training ResNet tiny",
-                                remove_on_exit=True) as _bar:
-        _run = wb.submit(_spec)
-        for _record in _run:
-            if _record.get("kind") == "step":
-                _bar.update(subtitle=f"loss {_record['loss']:.3f}")
-                mo.output.replace(wb.charts.step_times(_run.steps_frame().assign(
-                    mode=_spec.mode)))
-        result = _run.result()
+    result = wb.run_live([_spec]).result()
     _chance = 1 / len(SHAPES)
     mo.vstack([
         mo.md(f"Accuracy on a held-out batch after {_spec.steps} steps: "

@@ -70,13 +70,7 @@ def _(mode, steps):
                               mode="torch_eager" if SMOKE else mode.value,
                               steps=3 if SMOKE else steps.value, capture=("checkpoint",))
     _n = _spec.steps
-    with mo.status.progress_bar(total=_n, title="training the UNet",
-                                remove_on_exit=True) as _bar:
-        _run = wb.submit(_spec)
-        for _record in _run:
-            if _record.get("kind") == "step":
-                _bar.update(subtitle=f"loss {_record['loss']:.3f}")
-        result = _run.result()
+    result = wb.run_live([_spec], chart=wb.charts.loss_curves).result()
     _steps = result.steps.assign(mode=_spec.mode)
     mo.vstack([
         mo.md(f"Trained {_n} steps in `{_spec.mode}` mode: noise-prediction MSE on a held-out "

@@ -181,3 +181,13 @@ def test_interrupted_iteration_cancels_the_run(pool, results):
     with pytest.raises(wb.RunCancelled):
         run.result()
     assert run.state == "cancelled"
+
+
+def test_comparison_result_of_a_single_run(pool, results):
+    comparison = wb.run_many([MLP], pool=pool)
+    assert comparison.result().summary["steps"] == 5
+    failed = wb.run_many([LONG.replace(steps=3)], pool=pool, timeout=0.001)
+    with pytest.raises(wb.RunTimeout):
+        failed.result()
+    with pytest.raises(ValueError, match="needs exactly one run, this comparison has 2"):
+        wb.Comparison(results=comparison.results * 2).result()

@@ -42,6 +42,15 @@ class Comparison:
     def ok(self) -> bool:
         return not self.errors
 
+    def result(self) -> RunResult:
+        """The one finished run of a single-spec comparison; raises its error if it failed."""
+        if self.errors:
+            raise next(iter(self.errors.values()))
+        if len(self.results) != 1:
+            raise ValueError(f"result() needs exactly one run, this comparison has "
+                             f"{len(self.results)}; use .results")
+        return self.results[0]
+
     @property
     def summary(self) -> pd.DataFrame:
         """One row per finished run: timing, compiles, throughput, MFU (see timing.py)."""

@@ -156,19 +156,26 @@ def shape_info(shape: str) -> tuple[str, tuple[int, ...] | None, int, int]:
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 
 
+def _skip_quoted(s: str, i: int) -> int:
+    """At a quote or ``/*`` comment starting at ``s[i]``: the index of its last character."""
+    n = len(s)
+    if s[i] == '"':
+        i += 1
+        while i < n and s[i] != '"':
+            i += 2 if s[i] == "\\" else 1
+        return i
+    end = s.find("*/", i + 2)
+    return n if end < 0 else end + 1
+
+
 def _match_close(s: str, i: int) -> int:
     """Index of the bracket closing ``s[i]`` (nested brackets and quoted strings skipped)."""
     stack = []
     n = len(s)
     while i < n:
         c = s[i]
-        if c == '"':
-            i += 1
-            while i < n and s[i] != '"':
-                i += 2 if s[i] == "\\" else 1
-        elif c == "/" and s.startswith("/*", i):
-            end = s.find("*/", i + 2)
-            i = n if end < 0 else end + 1
+        if c == '"' or s.startswith("/*", i):
+            i = _skip_quoted(s, i)
         elif c in _OPEN:
             stack.append(_OPEN[c])
         elif stack and c == stack[-1]:
@@ -184,13 +191,8 @@ def _split_top(s: str, sep: str = ",") -> list[str]:
     parts, depth, start, i, n = [], 0, 0, 0, len(s)
     while i < n:
         c = s[i]
-        if c == '"':
-            i += 1
-            while i < n and s[i] != '"':
-                i += 2 if s[i] == "\\" else 1
-        elif c == "/" and s.startswith("/*", i):
-            end = s.find("*/", i + 2)
-            i = n if end < 0 else end + 1
+        if c == '"' or s.startswith("/*", i):
+            i = _skip_quoted(s, i)
         elif c in "([{":
             depth += 1
         elif c in ")]}":

@@ -31,13 +31,16 @@ def image_grid(images, columns: int = 8, scale: int = 3):
     return image.resize((image.width * scale, image.height * scale), Image.NEAREST)
 
 
-def run_live(specs: list, cold: bool = False, every_s: float = 0.4):
+def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None):
     """Run `specs` one after another inside a marimo cell: a progress bar over all their steps
-    and a step-time chart that grows as records stream in. Returns the Comparison."""
+    and a chart that grows as records stream in (`chart(steps_frame)`, default the step-time
+    chart). Returns the Comparison (``.result()`` for a single spec)."""
     import marimo as mo
 
     from .charts import step_times
     from .experiments import label, run_many
+
+    chart = chart or step_times
 
     total = max(sum(s.steps for s in specs), 1)
     shown = [0]
@@ -46,8 +49,10 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.4):
         def update(frame, spec, done: int) -> None:
             bar.update(increment=done - shown[0], subtitle=label(spec))
             shown[0] = done
-            mo.output.replace(step_times(frame))
+            if len(frame):
+                mo.output.replace(chart(frame))
 
         comparison = run_many(specs, on_update=update, every_s=every_s, cold=cold)
-    mo.output.replace(step_times(comparison.steps))
+    if len(comparison.steps):
+        mo.output.replace(chart(comparison.steps))
     return comparison
