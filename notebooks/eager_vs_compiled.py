@@ -32,8 +32,9 @@ def _():
 @app.cell
 def _():
     model = mo.ui.dropdown(["mingpt", "resnet", "unet", "mlp"], value="mingpt", label="model")
-    modes = mo.ui.multiselect(list(wb.MODES), label="modes",
-                              value=["torch_eager", "eager", "lazy", "compile", "dynamo"])
+    _have = wb.available_modes()  # TorchTPU's modes appear where TorchTPU finds a chip
+    modes = mo.ui.multiselect(_have, label="modes", value=[
+        m for m in ["torch_eager", "eager", "lazy", "compile", "dynamo"] if m in _have])
     steps = mo.ui.slider(5, 60, value=20, step=5, label="steps", show_value=True)
     cold = mo.ui.checkbox(value=True, label="fresh worker per mode (cold compile)")
     mo.hstack([model, modes, steps, cold], justify="start", gap=1.5, wrap=True)
@@ -88,9 +89,12 @@ def _():
     mo.md(r"""
     ## What makes XLA compile again?
 
-    XLA compiles a program per distinct graph: same ops, same shapes, same outputs. Change one
-    and the step is a new program. Pick a change; it is applied from step 3 on, in `lazy` mode,
-    with torch_xla's own compilation analysis switched on (it slows steps, so it is opt-in).
+    XLA compiles a program per distinct graph: same ops, same shapes, same dtypes, same outputs.
+    Change one and the step is a new program: a cache miss. Pick a change (a new batch size, a
+    shorter sequence for minGPT, bfloat16 autocast, a `.item()` inside the step, one more tensor
+    kept alive); it is applied from step 3 on, in `lazy` mode, with torch_xla's own compilation
+    analysis switched on (it slows steps, so it is opt-in). The table gives what we changed
+    (`trigger`), torch_xla's cause and our reading of it.
     """)
     return
 
@@ -108,14 +112,87 @@ def _(change, model):
     _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
                               mode="lazy", steps=5 if SMOKE else 8, change=change.value,
                               change_at=3)
+    try:
+        _spec.validate()
+    except wb.SpecError as _exc:
+        mo.stop(True, mo.callout(mo.md(f"This change does not apply here: {_exc}"), kind="warn"))
     recompile_run = wb.run(_spec)
     compiles = wb.compile_events([recompile_run])
     mo.vstack([
         wb.charts.recompile_timeline(compiles, _spec.steps),
-        mo.ui.table(compiles[["step", "cause", "explanation", "inputs", "outputs", "frame"]],
+        mo.ui.table(compiles[["step", "trigger", "cause", "explanation", "inputs", "outputs",
+                              "frame"]],
                     selection=None, label="every compilation, with torch_xla's cause"),
     ])
-    return (recompile_run,)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## The compilation cache: cold, warm, and a miss
+
+    Every executable XLA compiles stays in the worker's in-process cache, keyed by the graph's
+    hash. Below, the same experiment runs three times in **one** worker: first cold (it compiles
+    everything), then again (every graph is a cache hit: `CachedCompile` goes up,
+    `UncachedCompile` does not), then with the batch doubled (a new shape: a miss, compiled once
+    more). This is why the workbench keeps workers warm between notebook runs, and why the
+    first minutes of a TPU session are spent compiling.
+    """)
+    return
+
+
+@app.cell
+def _(model):
+    _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny", mode="lazy",
+                              steps=3 if SMOKE else 6)
+    with mo.status.progress_bar(total=3, title="cache study", subtitle="cold worker",
+                                remove_on_exit=True) as _bar:
+        _next = {"cold": "warm worker", "warm": "new shape", "miss": "done"}
+        cache = wb.cache_study(_spec, on_run=lambda s, r: _bar.update(subtitle=_next[s]))
+    _runs = cache.runs[["label", "batch_size", "first_step_ms", "steady_median_ms", "compiles",
+                        "cache_hits", "cached_graphs", "compile_ms", "saved_ms"]]
+    mo.vstack([
+        wb.charts.cache_first_steps(cache.runs),
+        mo.ui.table(_runs.round(1), selection=None, label="one row per run, same worker"),
+        mo.ui.table(cache.compiles[["scenario", "step", "trigger", "cause", "explanation"]],
+                    selection=None, label="compilations during the steps, with their cause"),
+    ])
+    return (cache,)
+
+
+@app.cell(hide_code=True)
+def _(cache):
+    _cold, _warm, _miss = (cache.runs.iloc[i] for i in range(3))
+    mo.md(f"""
+    The warm re-run compiled **{_warm.compiles:g}** graphs and took **{_warm.cache_hits:g}**
+    from the cache: its first step took {_warm.first_step_ms:,.0f} ms instead of
+    {_cold.first_step_ms:,.0f} ms ({_warm.saved_ms:,.0f} ms saved). The new batch size missed
+    and compiled **{_miss.compiles:g}** graph(s); the worker now holds
+    {_miss.cached_graphs:g} executables.
+
+    ### Across processes: the persistent cache
+
+    The in-process cache dies with the worker. `torch_xla.runtime.initialize_cache(folder)`
+    (the runner's `persistent_cache=True`, one folder per runtime configuration) also writes
+    every executable to disk for the next process. Two fresh workers below share one folder.
+    """)
+    return
+
+
+@app.cell
+def _(model):
+    _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny", mode="lazy",
+                              steps=3)
+    with mo.status.spinner(title="two fresh workers with the persistent cache"):
+        persistent = wb.persistent_cache_check(_spec)
+    mo.vstack([
+        mo.callout(mo.md(persistent.verdict), kind="success" if persistent.readable else "warn"),
+        mo.ui.table(persistent.runs[["process", "first_step_ms", "compiles", "persistent_misses",
+                                     "persistent_hits", "deserialize_failures", "files"]].round(1),
+                    selection=None, label="each process's persistent-cache counters"),
+    ])
+    return
 
 
 @app.cell(hide_code=True)
@@ -145,10 +222,12 @@ def _(answer):
     _ok = answer.value == _measured
     mo.callout(mo.md(
         f"Measured: **{_measured}** new compilation(s) at the step that first calls `.item()`. "
-        + ("Right: the forward pass up to the loss becomes one program (run to produce the "
-           "value) and the rest of the step (backward and optimizer) another." if _ok else
-           f"You said {answer.value}. Hint: the graph is cut where the value is read; what is "
-           "left of the step still has to run.")), kind="success" if _ok else "warn")
+        + ("Right: the forward pass up to the loss is a new program, run to produce the value. "
+           "At the end of the step torch_xla still holds the trace of the whole step, which is "
+           "the graph it compiled at step 0: a cache hit (see `cached` in the steps), though "
+           "the step now runs two executables." if _ok else
+           f"You said {answer.value}. Hint: count the graphs XLA has not seen before; compare "
+           "the `compiles` and `cached` columns of that step.")), kind="success" if _ok else "warn")
     return
 
 

@@ -9,7 +9,7 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
-    from tpu_workbench import hlo, profiling, sharding
+    from tpu_workbench import dtensor_sharding, hlo, profiling, sharding
 
     SMOKE = wb.smoke_mode()
     # Smoke runs (CI) use the smallest model; a user gets the model picked below.
@@ -36,7 +36,9 @@ def _():
 @app.cell
 def _():
     backend = wb.describe()
-    runtime = wb.probe()
+    # A worker of the best backend here (TPU, XLA:CPU, or plain PyTorch where torch_xla is not
+    # installed, as in .venv-torchtpu without a chip): what it really sees.
+    runtime = wb.probe(wb.ExperimentSpec(model="mlp", mode=wb.default_modes()[-1]))
     return backend, runtime
 
 
@@ -44,10 +46,18 @@ def _():
 def _(backend, runtime):
     _peak = backend["host_peak"]["peak_flops"] / 1e9
     _tpu = backend["tpu"]
-    _where = (
-        f"**TPU** ({runtime['device_count']} x {runtime['device_kind']})" if _tpu["available"]
-        else f"**XLA:{runtime['device_kind']}** with {runtime['device_count']} virtual devices"
-    )
+    if runtime["runtime"] == "torch":  # no torch_xla in this environment
+        _where = (f"**plain PyTorch on {runtime['device'].upper()}** (torch_xla is not installed "
+                  "in this environment, so the XLA modes, HLO and SPMD sections are skipped)")
+    elif _tpu["available"]:
+        _where = f"**TPU** ({runtime['device_count']} x {runtime['device_kind']})"
+    else:
+        _where = f"**XLA:{runtime['device_kind']}** with {runtime['device_count']} virtual devices"
+    _ttpu = backend["torch_tpu"]
+    if _ttpu["installed"]:
+        _where += (f". TorchTPU {_ttpu['version']} is installed: "
+                   + ("its modes tpu_eager, tpu_fused and tpu_compile are offered below"
+                      if _ttpu["available"] else f"{_ttpu['reason']}"))
     _v6e = wb.get_chip("v6e")
     mo.vstack([
         mo.md(f"""
@@ -69,8 +79,9 @@ def _():
     _models = wb.model_names()
     model = mo.ui.dropdown(_models, value="mingpt" if "mingpt" in _models else _models[0],
                            label="model")
-    modes = mo.ui.multiselect(list(wb.MODES), value=["torch_eager", "lazy", "compile"],
-                              label="modes")
+    # Only the modes this environment can run (plain PyTorch everywhere; XLA where torch_xla is
+    # installed; TorchTPU on a chip), the best of them preselected.
+    modes = mo.ui.multiselect(wb.available_modes(), value=wb.default_modes(), label="modes")
     steps = mo.ui.slider(5, 100, value=30, step=5, label="steps", show_value=True)
     mo.hstack([model, modes, steps], justify="start", gap=2)
     return model, modes, steps
@@ -114,15 +125,20 @@ def _(comparison):
 
 
 @app.cell(hide_code=True)
-def _(summary):
+def _(backend, summary):
     _fast = summary.sort_values("steady_median_ms").iloc[0] if len(summary) else None
+    _why = (
+        "XLA is not a speed-up on a CPU; its value here is that `lazy` and `compile` produce the "
+        "very programs a TPU runs, compiled once (see `compiles_total`) and never again in "
+        "steady state (`compiles_steady`). More in the *eager vs compiled* notebook."
+        if backend["torch_xla_installed"] else
+        "This environment has no torch_xla and no TPU chip, so only plain PyTorch runs: eager "
+        "against `torch.compile` (inductor). On a TPU the TorchTPU modes join them.")
     mo.md(f"""
     **Reading the numbers.** The fastest steady state here is
     **{_fast["mode"] if _fast is not None else "?"}** at
     {_fast["steady_median_ms"] if _fast is not None else float("nan"):.1f} ms per step.
-    XLA is not a speed-up on a CPU; its value here is that `lazy` and `compile` produce the very
-    programs a TPU runs, compiled once (see `compiles_total`) and never again in steady state
-    (`compiles_steady`). More in the *eager vs compiled* notebook.
+    {_why}
     """)
     return
 
@@ -138,7 +154,12 @@ def _():
 
 
 @app.cell
-def _(model):
+def _(backend, model):
+    mo.stop(not backend["torch_xla_installed"], mo.callout(mo.md(
+        "**Skipped: this environment has no torch_xla** (it is the TorchTPU environment, "
+        "`.venv-torchtpu`). The HLO dumps come from XLA; run this notebook from `.venv` to see "
+        "them. On a TPU, the TorchTPU mode `tpu_compile` with `capture=('hlo',)` writes the "
+        "StableHLO of its graphs instead."), kind="info"))
     _spec = wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
                               mode="compile", steps=3 if SMOKE else 8, capture=("hlo", "profile"))
     with mo.status.spinner(title="compiling with HLO dumps and profiling"):
@@ -182,23 +203,36 @@ def _():
 
 
 @app.cell
-def _(mesh, model, strategy):
+def _(backend, mesh, model, strategy):
     _shape = sharding.MESHES[mesh.value]
-    _spec = wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
-                              mode="compile", steps=2,
-                              mesh=_shape, num_devices=math.prod(_shape),
-                              strategy=strategy.value)
-    with mo.status.spinner(title=f"training 2 steps on a {mesh.value} mesh"):
-        sharded = wb.run(_spec)
-    layout = sharding.layout_frame(sharded)
+    _model = SMOKE_MODEL if SMOKE else model.value
+    if backend["torch_xla_installed"]:
+        _spec = wb.ExperimentSpec(model=_model, preset="tiny", mode="compile", steps=2,
+                                  mesh=_shape, num_devices=math.prod(_shape),
+                                  strategy=strategy.value)
+        with mo.status.spinner(title=f"training 2 steps on a {mesh.value} mesh"):
+            layout = sharding.layout_frame(wb.run(_spec))
+        _how = ("The *sharding* notebook shows every tensor, memory per device and the "
+                "collectives XLA inserted.")
+    else:
+        # No torch_xla here (the TorchTPU environment): DTensor lays the model out instead, one
+        # process per device (gloo on CPU without a chip, TorchTPU's tpu_dist on one), into the
+        # same layout table and chart. Smoke runs (CI) use two processes.
+        if SMOKE:
+            _shape = (1, 2)
+        with mo.status.spinner(title=f"DTensor: {math.prod(_shape)} processes"):
+            layout = sharding.layout_frame(dtensor_sharding.layout(
+                _model, "tiny", _shape, strategy.value))
+        _how = ("**No torch_xla in this environment**, so no SPMD partitioner: this layout comes "
+                f"from DTensor (`distribute_tensor`), one process per device of the "
+                f"{sharding.mesh_text(_shape)} mesh, as TorchTPU shards on a TPU host.")
     _params = layout[layout["tensor_kind"] == "param"]
     _shown = _params.sort_values("shard_bytes", ascending=False)["tensor"].iloc[0]
     mo.vstack([
         mo.md(f"**{sharding.STRATEGIES[strategy.value]}.** The largest parameter, "
-              f"`{_shown}`, on the {mesh.value} mesh:"),
+              f"`{_shown}`, on the {sharding.mesh_text(_shape)} mesh:"),
         wb.charts.layout_grid(layout, _shown, _shape),
-        mo.md("The *sharding* notebook shows every tensor, memory per device and the "
-              "collectives XLA inserted."),
+        mo.md(_how),
     ])
     return
 

@@ -2,12 +2,20 @@
 """Set up the project's .venv (once) and run the quickstart or the tests.
 
     python3 scripts/dev.py quickstart [marimo edit args...]   # set up, then open the quickstart
-    python3 scripts/dev.py test [pytest args...]              # set up, then lint + the whole suite
+    python3 scripts/dev.py test [pytest args...]              # set up, then lint + the whole suite,
+                                                              # then (no args) the TorchTPU set
     python3 scripts/dev.py setup                              # only set up
+    python3 scripts/dev.py setup-torchtpu                     # set up .venv-torchtpu only
+    python3 scripts/dev.py test-torchtpu [pytest args...]     # set it up, run tests_torchtpu/
 
 Needs only python3 (>= 3.11) with venv and pip. Set-up is skipped when .venv already holds an
 install of the current pyproject.toml (a stamp file records its hash), so both commands are
 idempotent and fast the second time.
+
+The second environment, .venv-torchtpu, holds TorchTPU (torch_tpu 0.2.0 + libtpu), which needs
+torch >= 2.11 and so cannot live beside torch_xla 2.9: torch 2.13 (CPU build), torch_tpu, the
+workbench without its torch/torch_xla pins (pip --no-deps) and requirements-torchtpu.txt. No TPU
+is needed to install or test it. Its stamp hashes requirements-torchtpu.txt and pyproject.toml.
 """
 
 from __future__ import annotations
@@ -17,12 +25,17 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv"
 PY = VENV / "bin" / "python"
 STAMP = VENV / ".tpu-workbench-setup"
+TORCHTPU_VENV = ROOT / ".venv-torchtpu"
+TORCHTPU_PY = TORCHTPU_VENV / "bin" / "python"
+TORCHTPU_STAMP = TORCHTPU_VENV / ".tpu-workbench-setup"
+TORCHTPU_REQUIREMENTS = ROOT / "requirements-torchtpu.txt"
 
 
 def _run(cmd: list[str], **kwargs) -> None:
@@ -43,6 +56,35 @@ def setup() -> None:
     STAMP.write_text(want + "\n")
 
 
+def setup_torchtpu() -> None:
+    """Create .venv-torchtpu (torch 2.13 CPU + torch_tpu + libtpu + the workbench without
+    torch_xla), unless already done for the current requirements."""
+    want = hashlib.sha256(TORCHTPU_REQUIREMENTS.read_bytes()
+                          + (ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if TORCHTPU_PY.exists() and TORCHTPU_STAMP.exists() \
+            and TORCHTPU_STAMP.read_text().strip() == want:
+        return
+    started = time.monotonic()
+    if not TORCHTPU_PY.exists():
+        _run([sys.executable, "-m", "venv", str(TORCHTPU_VENV)])
+    _run([str(TORCHTPU_PY), "-m", "pip", "install", "--upgrade", "pip"])
+    # torch==2.13.0 is pinned first in the file: pip takes the CPU build (a local file on the
+    # dev/CI machines); torch_tpu brings libtpu.
+    _run([str(TORCHTPU_PY), "-m", "pip", "install", "-r", str(TORCHTPU_REQUIREMENTS)])
+    # The workbench itself, without its own dependencies (they pin torch 2.9 + torch_xla).
+    _run([str(TORCHTPU_PY), "-m", "pip", "install", "--no-deps", "-e", "."])
+    TORCHTPU_STAMP.write_text(want + "\n")
+    print(f"set up {TORCHTPU_VENV.name} in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def test_torchtpu(rest: list[str]) -> int:
+    """The TorchTPU environment's test set (no TPU needed), with its timings."""
+    setup_torchtpu()
+    env = {**os.environ, "PYTHONWARNINGS": "ignore:<TorchTpu/Performance/TcMalloc/"}
+    return subprocess.run([str(TORCHTPU_PY), "-m", "pytest", "tests_torchtpu", "-q",
+                           "--durations=5", *rest], cwd=ROOT, env=env).returncode
+
+
 def ensure_chromium() -> None:
     """The browser tests drive Debian's Chromium; install it where we are root with apt."""
     if shutil.which("chromium") or Path("/usr/bin/chromium").exists():
@@ -57,10 +99,16 @@ def ensure_chromium() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"setup", "quickstart", "test"}:
+    if not argv or argv[0] not in {"setup", "quickstart", "test", "setup-torchtpu",
+                                   "test-torchtpu"}:
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
+    if command == "setup-torchtpu":
+        setup_torchtpu()
+        return 0
+    if command == "test-torchtpu":
+        return test_torchtpu(rest)
     setup()
     bin_dir = VENV / "bin"
     if command == "setup":
@@ -74,8 +122,14 @@ def main(argv: list[str]) -> int:
     _run([str(bin_dir / "marimo"), "check", "--strict", *sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.py"))])
     # --durations: the slowest tests in every CI log, to keep the suite under its time budget.
-    return subprocess.run([str(PY), "-m", "pytest", "--durations=15", *rest],
+    code = subprocess.run([str(PY), "-m", "pytest", "--durations=15", *rest],
                           cwd=ROOT).returncode
+    if rest:  # a chosen subset of the main suite: not the second environment
+        return code
+    # Then the second environment (set up first if needed): TorchTPU reports itself without a
+    # chip, its API exists in the wheel, the quickstart runs on the fallback (tests_torchtpu).
+    torchtpu_code = test_torchtpu([])
+    return code or torchtpu_code
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ def test_sharded_losses_match_single_device(runs, strategy):
     # Seen: relative differences of ~1e-6 (reduction order only); 1e-3 leaves room.
     assert sharded == pytest.approx(single, rel=1e-3), (strategy, sharded, single)
     assert runs[strategy].steps["compiles"].iloc[1:].sum() == 0  # no recompiles after step 0
+    # One SPMD program per step (counted on torch_xla's replicated-execution path).
+    assert list(runs[strategy].steps["executions"].iloc[1:]) == [1, 1], strategy
 
 
 @pytest.mark.parametrize("strategy", ["dp", "fsdp", "tp", "dp_tp"])

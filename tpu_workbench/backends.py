@@ -91,7 +91,7 @@ def tpu_status() -> TPUStatus:
     have_torch_tpu = importlib.util.find_spec("torch_tpu") is not None
     fallback = (f"XLA:CPU with {DEFAULT_CPU_DEVICES} virtual devices "
                 "(same HLO, same SPMD partitioner)")
-    if not have_torch_xla() and not have_torch_tpu:
+    if not have_torch_xla():  # e.g. .venv-torchtpu: torch_tpu needs a chip, XLA:CPU is absent
         fallback = "plain PyTorch on CPU"
     if not chips:
         return TPUStatus(False, 0, "no TPU chip found on the PCI bus (vendor 0x1ae0)", fallback)
@@ -203,9 +203,12 @@ def host_peak_flops(refresh: bool = False) -> dict:
 def describe(measure_peak: bool = True) -> dict:
     """Everything this process can tell about the backends, without importing torch_xla."""
     tpu = tpu_status()
+    from .torchtpu import status as torchtpu_status
+
     info = {
         "torch_xla_installed": have_torch_xla(),
         "torch_tpu_installed": importlib.util.find_spec("torch_tpu") is not None,
+        "torch_tpu": torchtpu_status().as_dict(),  # here or in .venv-torchtpu; chip or not
         "tpu": asdict(tpu),
         "cuda_devices": cuda_devices(),
         "cpu": {"model": cpu_model(), "cores": os.cpu_count(), "machine": platform.machine()},

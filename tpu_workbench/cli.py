@@ -37,6 +37,14 @@ def info_dict(probe_runtime: bool = True) -> dict:
         info["backend"] = f"XLA:{seen['device_kind']}"
         info["device_kind"] = seen["device_kind"]
         info["device_count"] = seen["device_count"]
+    elif probe_runtime and info["torch_tpu"]["available"] and info["torch_tpu_installed"]:
+        from .spec import RuntimeConfig
+
+        seen = probe(RuntimeConfig("torch_tpu", "tpu"))  # a TorchTPU worker on the chip
+        info["runtime"] = seen
+        info["backend"] = f"TorchTPU:{seen['device_kind']}"
+        info["device_kind"] = seen["device_kind"]
+        info["device_count"] = seen["device_count"]
     else:
         info["backend"] = "torch:cuda" if info["cuda_devices"] else "torch:cpu"
         info["device_kind"] = "cuda" if info["cuda_devices"] else "cpu"
@@ -52,6 +60,12 @@ def info_dict(probe_runtime: bool = True) -> dict:
     return info
 
 
+def _torchtpu_line(st: dict) -> str:
+    from .torchtpu import TorchTPUStatus
+
+    return TorchTPUStatus(**st).summary()
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     info = info_dict(probe_runtime=not args.no_probe)
     if args.json:
@@ -65,6 +79,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     ]
     if not info["tpu"]["available"]:
         rows.append(("runs instead", info["tpu"]["fallback"]))
+    rows.append(("TorchTPU", _torchtpu_line(info["torch_tpu"])))
     rows += [
         ("peak FLOP/s", f"{info['peak_flops'] / 1e9:,.1f} GFLOP/s ({info['peak_source']})"),
         ("CPU", f"{info['cpu']['model']} ({info['cpu']['cores']} cores)"),
@@ -102,6 +117,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = 
               _subcommand("sharding")),
     "profile": ("profile training steps: traces, ops.csv, steps.csv, top ops",
                 _subcommand("profiling")),
+    "cache": ("the compile cache: cold vs warm worker vs a new shape; --persistent",
+              _subcommand("compile_cache")),
     "docs": ("export every notebook into a static site that works offline", _subcommand("docs")),
 }
 

@@ -35,7 +35,7 @@ import torch
 
 from . import models
 from .recompiles import CompileLog
-from .spec import MODES, ExperimentSpec
+from .spec import CHANGES, MODES, ExperimentSpec
 
 N_BATCHES = 8  # distinct generated batches, cycled through (all moved to the device up front)
 
@@ -60,7 +60,9 @@ class XLACounters:
             "compiles": met.counter_value("UncachedCompile") or 0,
             "cached": met.counter_value("CachedCompile") or 0,
             "compile_ms": total_ms("CompileTime") + total_ms("EagerOpCompileTime"),
+            # SPMD runs through the replicated path, which counts ExecuteReplicated instead.
             "executions": (met.counter_value("ExecuteComputation") or 0)
+            + (met.counter_value("ExecuteReplicated") or 0)
             + ((met.metric_data("EagerOpExecuteTime") or (0,))[0]),
         }
 
@@ -118,8 +120,10 @@ def _to(batch: dict[str, torch.Tensor], device: Any) -> dict[str, torch.Tensor]:
 
 def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     """Train per `spec_dict` (an ExperimentSpec as a dict), streaming one record per step."""
+    global _RUNS_SERVED
     spec = ExperimentSpec.from_dict(spec_dict)
     mode = MODES[spec.mode]
+    runs_before, _RUNS_SERVED = _RUNS_SERVED, _RUNS_SERVED + 1
     family = models.get_model(spec.model)
     cfg = family.config(spec.preset, **spec.options)
     batch_size = spec.batch_size or family.default_batch_size(cfg)
@@ -133,13 +137,21 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     changed = []  # batches of the new shape, for change="batch_size"
     if spec.change == "batch_size":
         changed = [family.make_batch(cfg, 2 * batch_size, gen) for _ in range(n_batches)]
+    elif spec.change == "seq_len":
+        changed = [_shorter(b, family.sequence_dim) for b in cpu_batches]
     eval_batch = family.make_batch(cfg, batch_size, torch.Generator().manual_seed(spec.seed + 1))
 
     hooks = _ChangeHooks(spec.change)
     if mode.runtime == "xla":
         step_fn, device, wait, counters = _xla_setup(spec, family, model, hooks)
+    elif mode.runtime == "torch_tpu":  # TorchTPU on a chip (see tpu_workbench.torchtpu)
+        from . import torchtpu
+
+        step_fn, device, wait, counters = torchtpu.setup(spec, family, model, hooks,
+                                                         _make_step, _optimizer)
     else:
         step_fn, device, wait, counters = _torch_setup(spec, family, model, hooks)
+    hooks.device_type = device.type
     batches = [_to(b, device) for b in cpu_batches]
     changed = [_to(b, device) for b in changed]
     if spec.mesh:  # SPMD: lay the batch out over the mesh's data axis (strategy permitting)
@@ -150,14 +162,16 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
         for record in sharding.layout_records(model, batches[0], spec):
             ctx.emit({"kind": "layout", **record})
     wait()
+    cache_start = _cache_counters() if mode.runtime == "xla" else {}
     compile_log = _compile_log() if mode.runtime == "xla" else CompileLog(None)
     counters.delta()  # start counting from here: moving data is not part of a step
 
     ctx.emit({"kind": "info", "n_params": n_params, "batch_size": batch_size,
               "device": str(device)})
-    hlo_capture = HLOCapture() if "hlo" in spec.capture else None
-    profiler = Profiler(ctx.out_dir / "profile", mode.runtime) if "profile" in spec.capture \
-        else None
+    hlo_capture = (torchtpu.hlo_capture() if mode.runtime == "torch_tpu" else HLOCapture()) \
+        if "hlo" in spec.capture else None
+    profiler = (torchtpu.Profiler if mode.runtime == "torch_tpu" else Profiler)(
+        ctx.out_dir / "profile", mode.runtime) if "profile" in spec.capture else None
     losses = []
     if profiler:
         profiler.start()
@@ -177,7 +191,8 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
             losses.append(loss_value)
             ctx.emit({"kind": "step", "step": step, "wall_ms": wall_ms, "loss": loss_value,
                       **counts})
-            _emit_compiles(ctx, step, counts, compile_log, mode.runtime)
+            trigger = CHANGES[spec.change] if spec.change and step == spec.change_at else ""
+            _emit_compiles(ctx, step, counts, compile_log, mode.runtime, trigger)
     finally:  # a cancelled or failed run still closes its trace (in its -failed folder)
         if profiler:
             profiler.stop()
@@ -189,6 +204,7 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     model.eval()
     with torch.no_grad():
         metric = float(family.evaluate(model, _to(eval_batch, device)).to("cpu"))
+    compile_log.new_events()  # the evaluation's own graph: not a training step's compile
     return {
         "model": spec.model, "preset": spec.preset, "mode": spec.mode, "steps": spec.steps,
         "batch_size": batch_size, "n_params": n_params,
@@ -197,18 +213,85 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
         "metric_name": family.metric_name, "metric": metric,
         "final_loss": losses[-1] if losses else math.nan, "device": str(device),
         "memory": memory_info(device, mode.runtime),
+        "cache": cache_info(mode.runtime, cache_start, runs_before),
     }
 
 
 def _emit_compiles(ctx: Any, step: int, counts: dict[str, float], log: CompileLog,
-                   runtime: str) -> None:
+                   runtime: str, trigger: str = "") -> None:
+    """Compile records of one step; `trigger` names what the spec changed at this step."""
     events = log.new_events()
     for event in events:
-        ctx.emit({"kind": "compile", "step": step, "count": 1, **event})
+        ctx.emit({"kind": "compile", "step": step, "count": 1, "trigger": trigger, **event})
     if counts["compiles"] and not events and runtime == "xla":
         ctx.emit({"kind": "compile", "step": step, "count": counts["compiles"], "cause": "",
+                  "trigger": trigger,
                   "explanation": f"{counts['compiles']:g} compilation(s); run with "
                   "explain_compiles=True for torch_xla's cause"})
+
+
+def _shorter(batch: dict[str, torch.Tensor], dim: int | None) -> dict[str, torch.Tensor]:
+    """The batch with its sequences cut by a quarter (change="seq_len")."""
+    assert dim is not None  # validated: only sequence models offer seq_len
+    return {k: v.narrow(dim, 0, v.shape[dim] - v.shape[dim] // 4).clone() for k, v in batch.items()}
+
+
+_PERSISTENT = ("PersistentCacheMiss", "PersistentCacheHit", "PersistentCacheDeserializeFailure")
+_RUNS_SERVED = 0  # train runs this worker process has started (0 for the first: a cold worker)
+
+
+def _cache_counters() -> dict[str, float]:
+    import torch_xla.debug.metrics as met
+
+    names = ("UncachedCompile", "CachedCompile", *_PERSISTENT)
+    return {n: met.counter_value(n) or 0 for n in names}
+
+
+def cache_info(runtime: str, start: dict[str, float], runs_before: int) -> dict[str, Any]:
+    """The compilation caches as this run saw them (step 0 to evaluation).
+
+    ``compiles`` (misses of the in-process cache: new executables), ``cache_hits`` (graphs served
+    from it), ``cached_graphs`` (held by the worker after the run), ``worker_runs_before`` (0: the
+    worker was cold) and, with ``persistent_cache``, what the on-disk cache did. A persistent
+    cache that was written but could not be read back is stated in ``persistent_note``.
+    """
+    out: dict[str, Any] = {"worker_runs_before": runs_before}
+    if runtime == "torch_tpu":  # torch.tpu._get_cache_stats(), see tpu_workbench.torchtpu
+        from .torchtpu import CacheCounters
+
+        out.update(CacheCounters().summary())
+    if runtime != "xla":
+        return out
+    import torch_xla.runtime as xr
+
+    now = _cache_counters()
+    delta = {k: now[k] - start.get(k, 0) for k in now}
+    out.update(compiles=delta["UncachedCompile"], cache_hits=delta["CachedCompile"],
+               cached_graphs=xr.get_num_cached_compilation_graph())
+    folder = os.environ.get("XLA_PERSISTENT_CACHE_PATH")
+    if folder:
+        files = [p for p in Path(folder).iterdir() if p.is_file()]
+        out["persistent"] = {
+            "folder": folder, "files": len(files), "bytes": sum(p.stat().st_size for p in files),
+            "misses": delta["PersistentCacheMiss"], "hits": delta["PersistentCacheHit"],
+            "deserialize_failures": delta["PersistentCacheDeserializeFailure"]}
+        out["persistent_note"] = persistent_note(out["persistent"])
+    return out
+
+
+def persistent_note(p: dict[str, Any]) -> str:
+    """What the persistent cache did in one run, in plain words."""
+    if p["deserialize_failures"]:
+        return (f"The persistent cache held {p['deserialize_failures']:g} of this run's graphs but "
+                "they could not be read back: this PJRT backend cannot deserialize compiled "
+                "executables (PersistentCacheDeserializeFailure; XLA:CPU never can), so the run "
+                "compiled them again. On a TPU the executables load from the cache.")
+    if p["hits"]:
+        return f"{p['hits']:g} graph(s) loaded from the persistent cache instead of compiling."
+    if p["misses"]:
+        return (f"{p['misses']:g} graph(s) were not in the persistent cache yet: compiled and "
+                f"written to {p['folder']} ({p['files']} files) for the next process.")
+    return "The persistent cache was not consulted: every graph came from the in-process cache."
 
 
 def memory_info(device: Any, runtime: str) -> dict[str, Any]:
@@ -313,12 +396,19 @@ def _compile_log() -> CompileLog:
 
 
 class _ChangeHooks:
-    """The in-step part of ``spec.change`` ("item", "keep_tensor"), switched on at change_at."""
+    """The in-step part of ``spec.change`` ("item", "keep_tensor", "dtype"), switched on at
+    change_at."""
 
     def __init__(self, change: str | None):
         self.change = change
         self.active = False
         self.kept: list[torch.Tensor] = []
+        self.device_type = "cpu"
+
+    def forward_context(self) -> Any:
+        if self.active and self.change == "dtype":
+            return torch.autocast(self.device_type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def after_loss(self, loss: torch.Tensor) -> None:
         if not self.active:
@@ -333,7 +423,8 @@ def _make_step(family: models.ModelFamily, model: torch.nn.Module, opt: torch.op
                hooks: _ChangeHooks) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
     def train_step(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        loss = family.loss(model, batch)
+        with hooks.forward_context():
+            loss = family.loss(model, batch)
         hooks.after_loss(loss)
         loss.backward()
         opt.step()

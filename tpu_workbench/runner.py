@@ -28,7 +28,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -41,6 +40,7 @@ from typing import Any
 from .errors import RunCancelled, RunFailed, RunTimeout, WorkerCrashed, WorkerError
 from .paths import results_dir
 from .spec import ExperimentSpec, RuntimeConfig, runtime_config
+from .torchtpu import worker_python
 
 START_TIMEOUT_S = 300.0  # importing torch_xla on a busy 2-core machine can take a while
 DEFAULT_RUN_TIMEOUT_S = 1800.0
@@ -117,7 +117,8 @@ class Worker:
             for key in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_SPMD"):
                 env.pop(key, None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tpu_workbench.worker"],
+            # A TorchTPU worker runs under .venv-torchtpu's interpreter when this one lacks it.
+            [worker_python(config.runtime), "-m", "tpu_workbench.worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=env, text=True, bufsize=1, start_new_session=True,
         )

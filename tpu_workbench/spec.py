@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from . import backends
@@ -34,7 +36,32 @@ MODES: dict[str, Mode] = {m.name: m for m in [
     Mode("lazy", "xla", "torch_xla lazy tensors: one graph per step, cut by torch_xla.sync()"),
     Mode("compile", "xla", "torch_xla.compile of the whole train step"),
     Mode("dynamo", "xla", "torch.compile(backend='openxla')"),
+    # TorchTPU (torch_tpu, its own environment .venv-torchtpu; see tpu_workbench.torchtpu)
+    Mode("tpu_eager", "torch_tpu", "TorchTPU strict eager (EagerMode.DEFER_NEVER, its default)"),
+    Mode("tpu_fused", "torch_tpu", "TorchTPU fused eager (EagerMode.DEFER_AND_FUSE)"),
+    Mode("tpu_compile", "torch_tpu", "TorchTPU torch.compile(backend='tpu')"),
 ]}
+
+
+def available_modes() -> list[str]:
+    """The modes that can run here: plain PyTorch always; the XLA modes where torch_xla is
+    installed; the TorchTPU modes where TorchTPU finds a chip. Notebooks offer these."""
+    from . import torchtpu
+
+    ok = {"torch": True, "xla": backends.have_torch_xla(),
+          "torch_tpu": torchtpu.status().available}
+    return [name for name, m in MODES.items() if ok[m.runtime]]
+
+
+def default_modes() -> list[str]:
+    """The modes a comparison shows by default here: the baseline and the compiled modes of the
+    best backend available (TorchTPU on a chip, else torch_xla, else plain PyTorch)."""
+    have = available_modes()
+    for wanted in (["torch_eager", "tpu_eager", "tpu_compile"],
+                   ["torch_eager", "lazy", "compile"], ["torch_eager", "inductor"]):
+        if all(m in have for m in wanted):
+            return wanted
+    return ["torch_eager"]
 
 CAPTURES = ("hlo", "profile", "checkpoint")
 # What a run can change at step `change_at`, to show what makes XLA compile again.
@@ -42,6 +69,8 @@ CHANGES = {
     "batch_size": "the batch doubles in size (a new input shape)",
     "item": "the step reads the loss with .item() before backward (cuts the graph in two)",
     "keep_tensor": "the step keeps one more tensor alive across steps (a new graph output)",
+    "seq_len": "the sequences get a quarter shorter (a new input shape; sequence models only)",
+    "dtype": "the forward pass runs under bfloat16 autocast (new dtypes inside the graph)",
 }
 DEVICES = ("auto", "cpu", "tpu", "cuda")
 MAX_CPU_DEVICES = 64
@@ -54,13 +83,14 @@ class RuntimeConfig:
     Two specs with the same RuntimeConfig can share a warm worker (and its compile cache).
     """
 
-    runtime: str  # "xla" | "torch"
+    runtime: str  # "xla" | "torch" | "torch_tpu"
     device: str  # "cpu" | "tpu" | "cuda"
     num_devices: int = 1
     spmd: bool = False
     xla_flags: tuple[str, ...] = ()
     explain_compiles: bool = False  # torch_xla's compilation analysis (PT_XLA_DEBUG_LEVEL=1)
     dump_hlo: bool = False  # XLA dumps the HLO of every compiled module (capture="hlo")
+    persistent_cache: bool = False  # torch_xla.runtime.initialize_cache, one folder per config
 
     def env(self) -> dict[str, str]:
         """Environment variables the worker must see before it imports torch_xla."""
@@ -73,7 +103,24 @@ class RuntimeConfig:
                 env["XLA_FLAGS"] = " ".join(self.xla_flags)
             if self.spmd:
                 env["XLA_USE_SPMD"] = "1"
+            if self.persistent_cache:
+                env["TPU_WORKBENCH_XLA_CACHE"] = str(self.cache_folder())
+        elif self.runtime == "torch_tpu":
+            env["TPU_WORKBENCH_RUNTIME"] = "torch_tpu"
+            # torch_tpu registers the device only when autoloaded (its _loader reads this)
+            env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1"
+        else:  # plain PyTorch stays plain: no TorchTPU autoload where it is installed. Without
+            # a chip, torch_tpu 0.2.0 loaded makes a CPU backward pass hang (libtpu init).
+            env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         return env
+
+    def cache_folder(self) -> Path:
+        """The persistent compilation cache of this configuration: executables compiled for one
+        device kind, device count and set of flags are of no use to another."""
+        from .paths import cache_dir
+
+        key = dataclasses.replace(self, explain_compiles=False, dump_hlo=False).label()
+        return cache_dir() / "xla_cache" / re.sub(r"[^A-Za-z0-9_.=-]+", "_", key).strip("_")
 
     def label(self) -> str:
         """Short human-readable name, e.g. ``xla:cpu x8 spmd``."""
@@ -88,6 +135,8 @@ class RuntimeConfig:
             text += " explain"
         if self.dump_hlo:
             text += " dump-hlo"
+        if self.persistent_cache:
+            text += " persistent-cache"
         return text
 
 
@@ -98,7 +147,8 @@ class ExperimentSpec:
     Fields:
         model, preset: a model family and one of its size presets (see ``tpu_workbench.models``).
         mode: one of :data:`MODES` (``torch_eager``, ``inductor``, ``eager``, ``lazy``,
-            ``compile``, ``dynamo``).
+            ``compile``, ``dynamo``; TorchTPU on a chip: ``tpu_eager``, ``tpu_fused``,
+            ``tpu_compile``); :func:`available_modes` lists those that run here.
         steps: training steps to run (the first one includes compilation).
         batch_size: None for the preset's default.
         seed: seeds the weights and the generated data.
@@ -112,6 +162,9 @@ class ExperimentSpec:
         lr: learning rate (None for the model's default).
         change, change_at: from step `change_at` on, make one change that forces XLA to
             compile again (one of :data:`CHANGES`), to see the recompilation and its cause.
+        persistent_cache: keep compiled executables on disk between worker processes
+            (``torch_xla.runtime.initialize_cache``, one folder per runtime configuration).
+            XLA:CPU writes the cache but cannot read it back; the run's ``cache`` summary says so.
         explain_compiles: record torch_xla's cause for every compilation. It costs steady-state
             time (torch_xla's debug mode: ~20% on minGPT tiny), so it is off by default and on
             (None = auto) when `change` is set. Compilations are counted either way.
@@ -134,6 +187,7 @@ class ExperimentSpec:
     change: str | None = None
     change_at: int = 5
     explain_compiles: bool | None = None
+    persistent_cache: bool = False
 
     def replace(self, **changes: Any) -> ExperimentSpec:
         """A copy with some fields changed (validated again when run)."""
@@ -162,6 +216,7 @@ class ExperimentSpec:
 
         if self.mode not in MODES:
             raise SpecError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
+        _check_runtime(self)
         family = models.get_model(self.model)  # raises SpecError for an unknown model
         family.config(self.preset, **self.options)  # raises for a bad preset or option
         _positive_int("steps", self.steps)
@@ -186,7 +241,17 @@ class ExperimentSpec:
             if not isinstance(self.change_at, int) or not 0 < self.change_at < self.steps:
                 raise SpecError(f"change_at must be a step between 1 and steps-1={self.steps - 1}, "
                                 f"got {self.change_at!r}")
+            if self.change == "seq_len" and family.sequence_dim is None:
+                raise SpecError(f"change='seq_len' needs a sequence model (mingpt); model "
+                                f"{self.model!r} has fixed-size inputs")
+        if self.persistent_cache and MODES[self.mode].runtime != "xla":
+            raise SpecError(f"persistent_cache=True needs an XLA mode (eager, lazy, compile, "
+                            f"dynamo); mode {self.mode!r} compiles no XLA executables")
         if self.mesh is not None:
+            if MODES[self.mode].runtime == "torch_tpu":
+                raise SpecError(f"mesh={self.mesh} needs an XLA mode (SPMD); TorchTPU mode "
+                                f"{self.mode!r} shards with DTensor, one process per chip: "
+                                "tpu_workbench.dtensor_sharding.layout(...)")
             if MODES[self.mode].runtime != "xla":
                 raise SpecError(f"mesh={self.mesh} needs an XLA mode (SPMD); mode {self.mode!r} "
                                 "runs on plain PyTorch")
@@ -210,6 +275,28 @@ class ExperimentSpec:
         return self
 
 
+def _check_runtime(spec: ExperimentSpec) -> None:
+    """The mode's runtime must be installed here (XLA and TorchTPU live in two environments)."""
+    import importlib.util
+    import sys
+
+    runtime = MODES[spec.mode].runtime
+    if runtime == "xla" and not backends.have_torch_xla():
+        raise SpecError(f"mode {spec.mode!r} needs torch_xla, which is not installed in this "
+                        f"environment ({sys.prefix}); use .venv (python3 scripts/dev.py setup), "
+                        f"or here a plain PyTorch mode (torch_eager, inductor)"
+                        + (" or a TorchTPU mode on a TPU (tpu_eager, tpu_fused, tpu_compile)"
+                           if importlib.util.find_spec("torch_tpu") else ""))
+    if runtime == "torch_tpu":
+        from . import torchtpu
+
+        torchtpu.require(spec)
+    if spec.model == "resnet" and importlib.util.find_spec("torchvision") is None:
+        raise SpecError(f"model 'resnet' needs torchvision, which is not installed in this "
+                        f"environment ({sys.prefix}; PyPI's torchvision does not import beside "
+                        "torch 2.13 in .venv-torchtpu); use .venv, or mingpt, unet or mlp here")
+
+
 def _positive_int(name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise SpecError(f"{name} must be a positive int, got {value!r}")
@@ -227,9 +314,12 @@ def resolve_device(runtime: str, requested: str) -> str:
         if requested == "auto":
             return "tpu" if status.available else "cpu"
         return requested
+    if runtime == "torch_tpu":
+        return "tpu"  # torchtpu.require() checked the chip and the device asked for
     if requested == "tpu":
-        raise SpecError("device='tpu' needs an XLA mode (eager, lazy, compile, dynamo); "
-                        "torch_eager and inductor run on plain PyTorch (cpu or cuda)")
+        raise SpecError("device='tpu' needs an XLA mode (eager, lazy, compile, dynamo) or a "
+                        "TorchTPU mode (tpu_eager, tpu_fused, tpu_compile); torch_eager and "
+                        "inductor run on plain PyTorch (cpu or cuda)")
     if requested == "cuda" and backends.cuda_devices() == 0:
         raise SpecError("device='cuda' was asked for but PyTorch sees no CUDA device; use 'cpu'")
     if requested == "auto":
@@ -248,5 +338,8 @@ def runtime_config(spec: ExperimentSpec) -> RuntimeConfig:
             explain = spec.change is not None
         return RuntimeConfig("xla", device, n, spmd=spec.mesh is not None,
                              xla_flags=tuple(spec.xla_flags), explain_compiles=explain,
-                             dump_hlo="hlo" in spec.capture)
+                             dump_hlo="hlo" in spec.capture,
+                             persistent_cache=spec.persistent_cache)
+    if mode.runtime == "torch_tpu":
+        return RuntimeConfig("torch_tpu", device)
     return RuntimeConfig("torch", device)

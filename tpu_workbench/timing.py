@@ -110,5 +110,6 @@ def compile_events(results: list) -> pd.DataFrame:
                 rows.append({"model": result.spec.model, "preset": result.spec.preset,
                              "mode": result.spec.mode, **{k: v for k, v in r.items()
                                                           if k != "kind"}})
-    return pd.DataFrame(rows, columns=["model", "preset", "mode", "step", "count", "cause",
-                                       "explanation", "graph_hash", "inputs", "outputs", "frame"])
+    return pd.DataFrame(rows, columns=["model", "preset", "mode", "step", "count", "trigger",
+                                       "cause", "explanation", "graph_hash", "inputs", "outputs",
+                                       "frame"])

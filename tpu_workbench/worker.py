@@ -79,11 +79,20 @@ def runtime_info() -> dict[str, Any]:
     import torch
 
     info["torch"] = torch.__version__
-    if os.environ.get("PJRT_DEVICE"):
+    if os.environ.get("TPU_WORKBENCH_RUNTIME") == "torch_tpu":
+        from .torchtpu import runtime_info as torchtpu_info
+
+        info.update(torchtpu_info())
+    elif os.environ.get("PJRT_DEVICE"):
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.runtime as xr
 
+        cache = os.environ.get("TPU_WORKBENCH_XLA_CACHE")
+        if cache:  # must come before the first compilation of the process
+            Path(cache).mkdir(parents=True, exist_ok=True)
+            xr.initialize_cache(cache, readonly=False)
+            info["persistent_cache"] = cache
         if os.environ.get("XLA_USE_SPMD") == "1":
             xr.use_spmd()
         device = torch_xla.device()

@@ -125,3 +125,30 @@ def recompile_timeline(compiles: pd.DataFrame, steps: int | None = None) -> alt.
         .properties(title="when XLA compiled (red: after step 0, i.e. a recompilation)",
                     width=520)
     )
+
+
+def cache_first_steps(runs: pd.DataFrame) -> alt.LayerChart:
+    """First-step time per cache scenario (cold worker, warm worker, new shape), log scale,
+    coloured by whether the step compiled; the label gives compilations and cache hits.
+
+    Columns: ``label``, ``first_step_ms``, ``compiles``, ``cache_hits`` (see
+    :func:`tpu_workbench.compile_cache.cache_study`).
+    """
+    require_columns(runs, ["label", "first_step_ms", "compiles", "cache_hits"],
+                    "cache_first_steps")
+    data = runs.assign(
+        outcome=runs["compiles"].map(lambda c: "compiled (cache miss)" if c else "cache hit"),
+        text=[f"{c:g} compiled, {h:g} hits" for c, h in zip(runs["compiles"], runs["cache_hits"],
+                                                            strict=True)])
+    y = alt.Y("label:N", title=None, sort=list(data["label"]))
+    base = alt.Chart(data).encode(y=y, x=alt.X("first_step_ms:Q", scale=alt.Scale(type="log"),
+                                                title="first step (ms, log scale)"))
+    bars = base.mark_bar().encode(
+        color=alt.Color("outcome:N", title=None,
+                        scale=alt.Scale(domain=["compiled (cache miss)", "cache hit"],
+                                        range=["#e45756", "#54a24b"])),
+        tooltip=["label", alt.Tooltip("first_step_ms:Q", format=",.1f"), "compiles",
+                 "cache_hits"])
+    text = base.mark_text(align="left", dx=4).encode(text="text:N")
+    return (bars + text).properties(title="first step: what the in-process compile cache saves",
+                                    width=420)

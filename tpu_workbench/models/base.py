@@ -32,6 +32,8 @@ class ModelFamily:
     default_lr: ClassVar[float] = 1e-3
     # Which metric `evaluate` returns and its value for a model that guesses.
     metric_name: ClassVar[str] = "accuracy"
+    # The batch tensors' sequence axis (None: fixed-size inputs such as images).
+    sequence_dim: ClassVar[int | None] = None
 
     def config(self, preset: str, **overrides: Any) -> Any:
         """The config of `preset` with `overrides` applied, validated (raises SpecError)."""

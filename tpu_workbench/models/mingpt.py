@@ -34,12 +34,20 @@ class GPTConfig:
     length: int = 6  # digits to sort
     n_digits: int = 3  # digits are 0 .. n_digits - 1
     batch_size: int = 32
+    # "xla": the attention math below, compiled by XLA. "pallas": the Pallas flash-attention
+    # kernel in kernels/ (kernels.torch_bridge): compiled on a TPU; Pallas' TPU interpret mode on
+    # plain-PyTorch CPU tensors (slow: small shapes only); a clear error on XLA:CPU.
+    attention: str = "xla"
+
+
+ATTENTION_IMPLS = ("xla", "pallas")
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.n_head = cfg.n_head
+        self.attention = cfg.attention
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # q, k, v for all heads at once
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
@@ -51,6 +59,11 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(C, dim=2)
         # (B, T, C) -> (B, n_head, T, head_dim)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if self.attention == "pallas":  # online softmax over key blocks, in one Pallas kernel
+            from kernels.torch_bridge import flash_attention
+
+            y = flash_attention(q, k, v, causal=True)
+            return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
         # Explicit attention math rather than F.scaled_dot_product_attention: on torch_xla 2.9
         # (XLA:CPU) both run with no CPU fallback in lazy mode, torch_xla.compile and
         # torch.compile(backend="openxla"), and SDPA lowers to this same math anyway (plus extra
@@ -144,6 +157,7 @@ class MinGPTFamily(ModelFamily):
                           batch_size=8),  # GPT-2 small, 124 M
     }
     item_unit = "tokens"
+    sequence_dim = 1
     default_lr = 5e-4  # minGPT's sorting demo
 
     def check_config(self, cfg: GPTConfig) -> None:
@@ -152,6 +166,10 @@ class MinGPTFamily(ModelFamily):
             value = getattr(cfg, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise SpecError(f"mingpt {key} must be a positive int, got {value!r}")
+        if cfg.attention not in ATTENTION_IMPLS:
+            raise SpecError(f"mingpt attention={cfg.attention!r} is not one of {ATTENTION_IMPLS} "
+                            "('pallas' runs the kernel in kernels/: compiled on a TPU, interpret "
+                            "mode on plain-PyTorch CPU)")
         if cfg.n_embd % cfg.n_head:
             raise SpecError(f"mingpt n_head={cfg.n_head} must divide n_embd={cfg.n_embd}")
         if cfg.n_digits < 2:

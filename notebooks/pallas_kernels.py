@@ -1,0 +1,341 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Custom kernels: Pallas on TPU, checked on CPU")
+
+with app.setup:
+    import time
+
+    import marimo as mo
+    import pandas as pd
+    import torch
+
+    import kernels
+    import tpu_workbench as wb
+    from kernels import bench, check, lowering, tiling, torch_bridge
+
+    SMOKE = wb.smoke_mode()
+    TPU = wb.tpu_status()
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(rf"""
+    # Custom kernels: Pallas on TPU, checked on CPU
+
+    XLA fuses most of a model well, but some computations want a hand-written kernel:
+    attention whose $T \times T$ score matrix should never reach HBM, or a normalisation that
+    should read its input once. TorchTPU and torch_xla both take TPU kernels written in
+    **Pallas** (JAX's kernel language). The workbench's own live in `kernels/`:
+
+    - `kernels.rmsnorm`: RMSNorm fused into one pass (mean of squares, rsqrt, scale, weight),
+      one block of rows per grid step; reference `rmsnorm_reference` in PyTorch.
+    - `kernels.flash_attention`: $QK^T$, an online softmax over key blocks and $PV$ in one
+      kernel, causal blocks skipped; reference `attention_reference`
+      (`F.scaled_dot_product_attention`).
+
+    Each kernel takes its block sizes as parameters and checks them against the TPU's tiling
+    rules in plain Python, before anything is traced. Here they run in **Pallas' TPU interpret
+    mode** on the CPU (the grid, VMEM buffers and DMAs are simulated); on a TPU the same
+    `pallas_call` is compiled by Mosaic and called from PyTorch through torch_xla's Pallas
+    integration. minGPT switches to the attention kernel with one option,
+    `options={{"attention": "pallas"}}`.
+
+    **Here:** {"a TPU, so the kernels run compiled" if TPU.available else
+               f"no TPU, so the kernels run in interpret mode. Why: {TPU.reason}"}.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Tiling: what sits in VMEM at each grid step
+
+    A TPU core computes on data in its on-chip vector memory (VMEM, tens of MiB); the inputs
+    live in HBM. A Pallas kernel declares a **grid** and, per operand, a **block shape** and an
+    **index map** (grid step → block index); the pipeline copies the next step's blocks from
+    HBM while the current step computes. The attention kernel's grid is
+    `(batch*heads, q blocks, kv blocks)`, kv innermost: at step $(i, j)$ it holds Q rows
+    $[i\,b_q, (i+1)\,b_q)$, K and V rows $[j\,b_k, (j+1)\,b_k)$, the output block $i$ and three
+    float32 scratch buffers (running max $m$, running sum $\ell$, unnormalised output). For each
+    key block it updates them with the **online softmax**:
+
+    $$m' = \max(m, \max_j s_j),\quad \ell' = e^{m - m'}\ell + \sum_j e^{s_j - m'},\quad
+    \mathrm{acc}' = e^{m - m'}\,\mathrm{acc} + e^{s - m'} V_j$$
+
+    and writes $\mathrm{acc}/\ell$ after the last key block. Pick a shape and blocks (the
+    pictures are computed from the kernel's own block sizes and index maps):
+    """)
+    return
+
+
+@app.cell
+def _():
+    seq_len = mo.ui.slider(start=8, stop=1024, step=8, value=200, label="sequence length",
+                           show_value=True)
+    block_q = mo.ui.dropdown(["8", "12", "16", "32", "64", "128"], value="64", label="block_q")
+    block_k = mo.ui.dropdown(["64", "128", "256"], value="128", label="block_k")
+    causal = mo.ui.checkbox(value=True, label="causal")
+    dtype = mo.ui.dropdown(["float32", "bfloat16"], value="float32", label="dtype")
+    mo.hstack([seq_len, block_q, block_k, causal, dtype], justify="start", gap=1.5)
+    return block_k, block_q, causal, dtype, seq_len
+
+
+@app.cell
+def _(block_k, block_q, causal, dtype, seq_len):
+    HEAD_DIM = 32
+    blocks = dict(q_len=seq_len.value, kv_len=seq_len.value, block_q=int(block_q.value),
+                  block_k=int(block_k.value), causal=causal.value, head_dim=HEAD_DIM,
+                  dtype=dtype.value)
+    try:
+        schedule = tiling.attention_schedule(**blocks)
+        block_error = None
+    except ValueError as e:  # raised in plain Python, before anything is traced
+        schedule, block_error = None, str(e)
+    mo.stop(block_error is not None, mo.callout(mo.md(
+        f"**The kernel refuses these blocks** (checked before tracing):\n\n`{block_error}`\n\n"
+        "TPU tiles are (8 sublanes x 128 lanes) of 32-bit words: a block's second-to-last dim "
+        "must be a multiple of 8 (16 for bf16, two rows per word), and block_k is the lane dim "
+        "of the score tile, so a multiple of 128."), kind="danger"))
+    n_steps = int(schedule["step"].max()) + 1
+    step = mo.ui.slider(start=0, stop=max(n_steps - 1, 1), value=min(3, n_steps - 1),
+                        label="grid step", show_value=True)
+    step
+    return HEAD_DIM, blocks, schedule, step
+
+
+@app.cell
+def _(blocks, schedule, step):
+    _here = schedule[schedule["step"] == step.value].set_index("operand")
+    _q, _k = _here.loc["Q"], _here.loc["K"]
+    _vmem = tiling.attention_vmem_bytes(blocks["block_q"], blocks["block_k"], blocks["head_dim"],
+                                        blocks["dtype"])
+    _copies = ", ".join(op for op in "QKV" if _here.loc[op, "fetched"]) or "nothing"
+    _skipped = int((~schedule[schedule["operand"] == "Q"]["computes"]).sum())
+    mo.vstack([
+        mo.md(f"""
+    Step **{step.value}** = grid point (q block {_q.q_block}, kv block {_q.kv_block}):
+    Q rows {_q.row_start}-{_q.row_end - 1}, K/V rows {_k.row_start}-{_k.row_end - 1}
+    ({"computes" if _q.computes else "**skipped**: every key is after every query"}).
+    Copied from HBM for this step: {_copies}. Of {len(schedule) // 4} steps per head,
+    {_skipped} are skipped. VMEM per step: {_vmem["total"] / 1024:,.0f} KiB
+    (Q, K, V, O double-buffered, plus {(_vmem["m"] + _vmem["l"] + _vmem["acc"]) / 1024:,.0f}
+    KiB of float32 scratch).
+    """),
+        wb.charts.kernel_schedule(schedule, step=step.value),
+        wb.charts.score_tiles(tiling.score_tiles(
+            blocks["q_len"], blocks["kv_len"], blocks["block_q"], blocks["block_k"],
+            blocks["causal"]), step=step.value),
+        mo.md("A skipped step keeps K/V **block 0** in its index map: the block the next row "
+              "of Q blocks starts with, so the pipeline copies nothing during skipped steps "
+              "(the trick of jax's own TPU flash attention). Rows past the sequence length are "
+              "padding: keys there get a large negative score, query rows there are sliced "
+              "off."),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Numerics: the kernels against their references
+
+    Random inputs, relative error $\max|y - y_{ref}| / \max|y_{ref}|$, with shapes that are
+    and are not multiples of the blocks, in float32 and bfloat16 (the references compute in
+    float32 and round once). First your shape from above, then the cases the tests assert:
+    """)
+    return
+
+
+@app.cell
+def _(HEAD_DIM, blocks):
+    _dt = check.DTYPES[blocks["dtype"]]
+    _gen = torch.Generator().manual_seed(0)
+    _shape = (1, 2 if SMOKE else 4, blocks["q_len"], HEAD_DIM)
+    _q, _k, _v = (torch.randn(_shape, generator=_gen).to(_dt) for _ in range(3))
+    _t0 = time.perf_counter()
+    mine_out = torch_bridge.flash_attention(_q, _k, _v, causal=blocks["causal"],
+                                            block_q=blocks["block_q"], block_k=blocks["block_k"])
+    first_s = time.perf_counter() - _t0
+    _t0 = time.perf_counter()
+    torch_bridge.flash_attention(_q, _k, _v, causal=blocks["causal"], block_q=blocks["block_q"],
+                                 block_k=blocks["block_k"])
+    interpret_s = time.perf_counter() - _t0
+    _t0 = time.perf_counter()
+    _ref = check.attention_reference(_q, _k, _v, blocks["causal"])
+    reference_s = time.perf_counter() - _t0
+    mine_err = kernels.relative_error(mine_out, _ref)
+    _tol = check.TOLERANCE[blocks["dtype"]]
+    mo.callout(mo.md(
+        f"Your shape, q/k/v {_shape} {blocks['dtype']}, causal={blocks['causal']}: relative "
+        f"error **{mine_err:.2e}** (tolerance {_tol:.0e}) "
+        + ("within tolerance." if mine_err <= _tol else "**above tolerance**.")),
+        kind="success" if mine_err <= _tol else "danger")
+    return first_s, interpret_s, reference_s
+
+
+@app.cell
+def _():
+    _att = check.ATTENTION_CASES[1:2] if SMOKE else check.ATTENTION_CASES
+    _rms = check.RMSNORM_CASES[1:2] if SMOKE else check.RMSNORM_CASES
+    with mo.status.spinner(title="running the kernels in interpret mode"):
+        checks = pd.concat([check.check_rmsnorm(_rms), check.check_attention(_att)],
+                           ignore_index=True)
+    mo.vstack([
+        wb.charts.kernel_errors(checks),
+        mo.ui.table(checks.drop(columns="seconds").round({"rel_error": 9}), selection=None,
+                    label="kernel vs reference (the tests assert rel_error <= tolerance)"),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## The custom call in the HLO
+
+    Compiled (`interpret=False`), a `pallas_call` becomes **one** `tpu_custom_call` in the
+    program XLA receives; its `backend_config` carries the Mosaic kernel as MLIR bytecode that
+    libtpu compiles. Lowering for the TPU platform needs no TPU, so here is the StableHLO of the
+    attention wrapper for your shape: padding to block multiples, the custom call, slicing.
+    torch_xla's `make_kernel_from_pallas` takes exactly this payload and inserts it into
+    PyTorch's lazy graph. (In interpret mode there is no custom call: the grid becomes an XLA
+    loop with host callbacks that simulate VMEM and the DMAs.)
+    """)
+    return
+
+
+@app.cell
+def _(HEAD_DIM, blocks):
+    _hlo = lowering.attention_stablehlo(2, blocks["q_len"], blocks["kv_len"], HEAD_DIM,
+                                        dtype=blocks["dtype"], block_q=blocks["block_q"],
+                                        block_k=blocks["block_k"], causal=blocks["causal"])
+    calls = lowering.custom_calls(_hlo)
+    _mosaic = lowering.attention_mosaic(2, blocks["q_len"], blocks["kv_len"], HEAD_DIM,
+                                        dtype=blocks["dtype"], block_q=blocks["block_q"],
+                                        block_k=blocks["block_k"], causal=blocks["causal"])
+    _mosaic = _mosaic[_mosaic.find("The Mosaic module"):]
+    mo.vstack([
+        mo.ui.table(calls[["target", "kernel_name", "signature", "payload_bytes"]],
+                    selection=None, label="custom calls in the lowered program"),
+        mo.plain_text(lowering.shorten(_hlo)),
+        mo.md("Inside the payload (Pallas prints it with `debug=True`): the block shapes are "
+              "`window_bounds`, the index maps are the `transform_*` functions, the grid is "
+              "`iteration_bounds`, and the kv axis is `arbitrary` (sequential: the scratch "
+              "carries state across it) while the others are `parallel`."),
+        mo.accordion({"Mosaic MLIR of the attention kernel": mo.plain_text(_mosaic)}),
+    ])
+    return (calls,)
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Timing: the kernel against XLA's own attention
+    """)
+    return
+
+
+@app.cell
+def _(first_s, interpret_s, reference_s):
+    if TPU.available and not SMOKE:
+        with mo.status.spinner(title="timing on the TPU (a subprocess holds the chip)"):
+            _times = bench.run_tpu_benchmark()
+        _out = mo.vstack([
+            mo.md("bf16, causal, B x H x T x D shapes of GPT-2 small; median of 20 runs after "
+                  "3 warm-up runs, the device synced before each clock read:"),
+            mo.ui.table(_times, selection=None),
+        ])
+    else:
+        _out = mo.callout(mo.md(
+            f"**No TPU here, so no timing means anything.** Interpret mode simulates every "
+            f"grid step on the CPU with host callbacks: your shape took {interpret_s * 1e3:,.0f}"
+            f" ms per call (plus {first_s - interpret_s:,.1f} s to trace and compile the "
+            f"simulation once), PyTorch's reference {reference_s * 1e3:,.1f} ms. These numbers "
+            f"say nothing about a TPU. On a TPU this cell runs `kernels.bench` in a subprocess "
+            f"and times the compiled kernel against `F.scaled_dot_product_attention` compiled "
+            f"by XLA, on GPT-2 small's attention shapes."), kind="warn")
+    _out
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## minGPT with the kernel
+
+    One option routes minGPT's attention through the kernel:
+    `wb.ExperimentSpec(model="mingpt", ..., options={"attention": "pallas"})`. On a TPU the
+    forward runs the compiled kernel (the backward recomputes the reference math). On
+    XLA:CPU it is a clear error (a Mosaic kernel runs only on a TPU); on plain-PyTorch CPU
+    (mode `torch_eager`) it runs in interpret mode: slow, but it shows the numbers agree.
+    Same weights, same batch, both attentions:
+    """)
+    return
+
+
+@app.cell
+def _():
+    from tpu_workbench.models import get_model
+
+    _family = get_model("mingpt")
+    torch.manual_seed(0)
+    _xla = _family.build(_family.config("tiny"))
+    _pallas = _family.build(_family.config("tiny", attention="pallas"))
+    _pallas.load_state_dict(_xla.state_dict())
+    _batch = _family.make_batch(_family.config("tiny"), 2, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        _a, _b = _xla(_batch["x"]), _pallas(_batch["x"])
+    mingpt_err = kernels.relative_error(_b, _a)
+    _out = [mo.md(f"minGPT `tiny`, batch 2, plain PyTorch on CPU: logits with "
+                  f"`attention='pallas'` vs `'xla'`: relative error **{mingpt_err:.1e}**.")]
+    if TPU.available and not SMOKE:  # train both on the chip through the runner
+        _rows = []
+        for _impl in ("xla", "pallas"):
+            _r = wb.run(wb.ExperimentSpec(model="mingpt", preset="gpt-mini", mode="compile",
+                                          steps=20, options={"attention": _impl}))
+            _st = _r.steps[_r.steps["kind"] == "step"]
+            _rows.append({"attention": _impl, "final loss": _st["loss"].iloc[-1],
+                          "median step ms (steps 5+)": _st["wall_ms"].iloc[5:].median()})
+        _out.append(mo.ui.table(pd.DataFrame(_rows), selection=None,
+                                label="gpt-mini on the TPU, 20 steps each"))
+    mo.vstack(_out)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Workshop exercise
+
+    Causal attention over **512** tokens with `block_q=64`, `block_k=128`: how many of one
+    head's grid steps are **skipped** (their key block lies wholly after their query block)?
+    Work it out from the picture's rule, then check.
+    """)
+    return
+
+
+@app.cell
+def _():
+    answer = mo.ui.number(start=0, stop=1000, value=0, label="skipped steps")
+    answer
+    return (answer,)
+
+
+@app.cell
+def _(answer):
+    _s = tiling.attention_schedule(512, 512, 64, 128, causal=True)
+    _q = _s[_s["operand"] == "Q"]
+    _skipped = int((~_q["computes"]).sum())
+    _ok = answer.value == _skipped
+    mo.callout(mo.md(
+        f"{_skipped} of {len(_q)} steps are skipped (8 q blocks x 4 kv blocks; q blocks 0-1 "
+        f"skip kv blocks 1-3, 2-3 skip 2-3, 4-5 skip 3). " + (
+            "Right." if _ok else f"You answered {answer.value}.")),
+        kind="success" if _ok else "warn")
+    return
+
+
+if __name__ == "__main__":
+    app.run()

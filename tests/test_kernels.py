@@ -1,0 +1,166 @@
+"""The Pallas kernels in `kernels/` against their PyTorch references, in TPU interpret mode on
+CPU: f32 and bf16, shapes that are and are not multiples of the blocks; block sizes the TPU
+cannot take are refused before tracing; the schedule the tiling pictures come from; the
+compiled kernel lowers to a tpu_custom_call; minGPT's attention option."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from kernels import check, lowering, tiling, torch_bridge
+from kernels.flash_attention import attention_reference, check_attention_blocks
+from kernels.rmsnorm import check_rmsnorm_blocks
+
+
+def test_tolerances_are_stated():
+    assert check.TOLERANCE == {"float32": 1e-5, "bfloat16": 1e-2}
+
+
+def test_rmsnorm_matches_reference():
+    table = check.check_rmsnorm()
+    assert len(table) == 2 * len(check.RMSNORM_CASES)
+    assert any(math.prod(shape[:-1]) % rows for shape, rows in check.RMSNORM_CASES)  # ragged
+    assert table["ok"].all(), table.to_string()
+
+
+def test_flash_attention_matches_reference():
+    table = check.check_attention()
+    assert len(table) == 2 * len(check.ATTENTION_CASES)
+    lengths = [(c[0][2], c[1], c[3], c[4]) for c in check.ATTENTION_CASES]
+    assert any(q % bq or kv % bk for q, kv, bq, bk in lengths)  # ragged shapes are covered
+    assert table["ok"].all(), table.to_string()
+
+
+def test_jax_entry_points_match_the_references():
+    import jax.numpy as jnp
+
+    from kernels.flash_attention import flash_attention
+    from kernels.rmsnorm import rmsnorm, rmsnorm_reference
+
+    gen = torch.Generator().manual_seed(2)
+    x, w = torch.randn(3, 13, 64, generator=gen), torch.randn(64, generator=gen)
+    y = rmsnorm(jnp.asarray(x.numpy()), jnp.asarray(w.numpy()), block_rows=16)
+    assert check.relative_error(np.asarray(y), rmsnorm_reference(x, w)) < 1e-5
+    q, k, v = (torch.randn(2, 40, 32, generator=gen) for _ in range(3))
+    out = flash_attention(*(jnp.asarray(t.numpy()) for t in (q, k, v)), causal=True, block_q=16)
+    assert check.relative_error(np.asarray(out), attention_reference(q, k, v, True)) < 1e-5
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(block_q=12, block_k=128), r"block_q=12 is not a multiple of 8"),
+    (dict(block_q=8, block_k=64), r"block_k=64 is not a multiple of 128"),
+    (dict(block_q=0, block_k=128), r"block_q must be a positive int, got 0"),
+])
+def test_attention_rejects_bad_blocks_before_tracing(kwargs, match, monkeypatch):
+    monkeypatch.setattr(torch_bridge, "flash_attention_call", _never_traced)
+    q = torch.randn(1, 1, 40, 32)
+    with pytest.raises(ValueError, match=match):
+        torch_bridge.flash_attention(q, q, q, **kwargs)
+
+
+def test_bf16_needs_16_row_blocks_and_head_dim_rule():
+    with pytest.raises(ValueError, match=r"block_q=8 is not a multiple of 16.*bfloat16"):
+        check_attention_blocks((2, 64, 32), (2, 64, 32), torch.bfloat16, 8, 128)
+    with pytest.raises(ValueError, match=r"head_dim=192 must be <= 128 or a multiple of 128"):
+        check_attention_blocks((2, 64, 192), (2, 64, 192), torch.float32, 8, 128)
+    with pytest.raises(ValueError, match=r"block_rows=24 is not a multiple of 16"):
+        check_rmsnorm_blocks((10, 64), torch.bfloat16, 24)
+
+
+def test_rmsnorm_rejects_bad_blocks_before_tracing(monkeypatch):
+    monkeypatch.setattr(torch_bridge, "rmsnorm_call", _never_traced)
+    with pytest.raises(ValueError, match=r"block_rows=10 is not a multiple of 8.*valid values"):
+        torch_bridge.rmsnorm(torch.randn(20, 64), torch.randn(64), block_rows=10)
+
+
+def _never_traced(*args, **kwargs):
+    raise AssertionError("the kernel was built although the blocks are invalid")
+
+
+def test_attention_schedule_follows_the_kernel():
+    s = tiling.attention_schedule(200, 200, 64, 128, causal=True)
+    q = s[s["operand"] == "Q"]
+    assert len(q) == 4 * 2  # 4 q blocks (200 -> 256 rows) x 2 kv blocks
+    # causal: kv block 1 (keys 128..255) is skipped for q blocks 0 and 1 (queries < 128)
+    skipped = q[~q["computes"]][["q_block", "kv_block"]].values.tolist()
+    assert skipped == [[0, 1], [1, 1]]
+    k = s[s["operand"] == "K"]
+    assert (k[~k["computes"]]["block"] == 0).all()  # skipped steps keep block 0: no copy
+    # copies: block 0 at the start, then 1, 0, 1 for q blocks 2 and 3 (the only ones needing 1)
+    assert k["fetched"].sum() == 4
+    assert q["valid_end"].max() == 200 and q["row_end"].max() == 256
+    full = tiling.attention_schedule(200, 200, 64, 128, causal=False)
+    assert full["computes"].all()
+    tiles = tiling.score_tiles(200, 200, 64, 128, causal=True)
+    assert set(tiles["status"]) == {"computed", "computed, partly masked", "skipped"}
+    with pytest.raises(ValueError, match="block_k=100"):
+        tiling.attention_schedule(200, 200, 64, 100, causal=True)
+    r = tiling.rmsnorm_schedule(37, 96, 16)
+    assert r["row_end"].tolist() == [16, 32, 48] and r["valid_end"].tolist() == [16, 32, 37]
+
+
+def test_compiled_kernel_is_a_tpu_custom_call():
+    text = lowering.attention_stablehlo(2, 200, 200, 64, dtype="bfloat16", block_q=64)
+    calls = lowering.custom_calls(text)
+    assert calls["target"].tolist() == ["tpu_custom_call"]
+    assert calls["kernel_name"].tolist() == ["workbench_flash_attention"]
+    assert calls["payload_bytes"].iloc[0] > 1000
+    assert "tensor<2x256x64xbf16>" in calls["signature"].iloc[0]  # padded to block multiples
+    assert "bytes of Mosaic MLIR bytecode" in lowering.shorten(text)
+    mosaic = lowering.rmsnorm_mosaic(37, 96, dtype="float32", block_rows=16)
+    assert "window_bounds = array<i64: 16, 96>" in mosaic
+
+
+def test_torch_attention_is_differentiable():
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 11, 32, generator=gen, requires_grad=True) for _ in range(3))
+    out = torch_bridge.flash_attention(q, k, v, causal=True)
+    ref = attention_reference(q, k, v, causal=True)
+    assert check.relative_error(out, ref) < check.TOLERANCE["float32"]
+    g = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), g),
+                    torch.autograd.grad(ref, (q, k, v), g), strict=True):
+        assert check.relative_error(a, b) < 1e-5
+
+
+def test_interpret_mode_refuses_huge_grids():
+    q = torch.randn(64, 8, 600, 32)
+    with pytest.raises(ValueError, match=r"interpret mode would run \d+ grid steps"):
+        torch_bridge.flash_attention(q, q, q, block_q=8)
+
+
+def test_mingpt_attention_option():
+    from tpu_workbench.errors import SpecError
+    from tpu_workbench.models import get_model
+
+    family = get_model("mingpt")
+    with pytest.raises(SpecError, match=r"attention='flash' is not one of \('xla', 'pallas'\)"):
+        family.config("tiny", attention="flash")
+    torch.manual_seed(0)
+    xla_model = family.build(family.config("tiny"))
+    pallas_model = family.build(family.config("tiny", attention="pallas"))
+    pallas_model.load_state_dict(xla_model.state_dict())
+    batch = family.make_batch(family.config("tiny"), 2, torch.Generator().manual_seed(0))
+    losses = []
+    for model in (xla_model, pallas_model):
+        loss = family.loss(model, batch)
+        loss.backward()
+        losses.append(loss.item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    for (name, a), b in zip(xla_model.named_parameters(), pallas_model.parameters(),
+                            strict=True):
+        assert check.relative_error(b.grad, a.grad) < 1e-4, name
+
+
+def test_pallas_on_xla_cpu_is_a_clear_error(monkeypatch):
+    class FakeXlaTensor:
+        device = torch.device("xla", 0)
+
+    monkeypatch.setattr(torch_bridge, "_xla_device_kind", lambda: "CPU")
+    with pytest.raises(ValueError, match=r"on xla:0 \(CPU\).*attention='xla'"):
+        torch_bridge.where_kernels_run(FakeXlaTensor())  # type: ignore[arg-type]
+    assert torch_bridge.where_kernels_run(torch.zeros(1)) == "interpret"
