@@ -182,8 +182,11 @@ def _(cache):
 
 @app.cell
 def _(model):
-    _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny", mode="lazy",
-                              steps=3)
+    mo.stop(SMOKE, mo.callout(mo.md(
+        "Smoke mode (CI) skips this check, which starts two fresh workers; "
+        "`tests/test_compile_cache.py` runs it, and so does "
+        "`tpu-workbench cache --persistent --out DIR`."), kind="info"))
+    _spec = wb.ExperimentSpec(model=model.value, preset="tiny", mode="lazy", steps=3)
     with mo.status.spinner(title="two fresh workers with the persistent cache"):
         persistent = wb.persistent_cache_check(_spec)
     mo.vstack([

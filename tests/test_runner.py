@@ -170,7 +170,16 @@ def test_tpu_asked_for_but_absent_says_why():
         wb.runtime_config(MLP.replace(device="tpu"))
 
 
-def test_interrupted_iteration_cancels_the_run(pool, results):
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal: a process started in the background by
+    a non-interactive shell inherits SIGINT ignored, and Python then leaves it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_interrupted_iteration_cancels_the_run(pool, results, sigint_raises):
     """Interrupting the cell that iterates a run (Ctrl-C, marimo's stop) cancels the run."""
     run = wb.submit(LONG, pool=pool)
     _wait_for_steps(run, 1)
