@@ -7,6 +7,7 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
+    from tpu_workbench import notebook as nb
 
     SMOKE = wb.smoke_mode()
 
@@ -49,6 +50,7 @@ def _(cold, model, modes, steps):
     _model = "mlp" if SMOKE else model.value
     _specs = [wb.ExperimentSpec(model=_model, preset="tiny", mode=_m, steps=_n)
               for _m in _modes]
+    mo.stop(not _specs, mo.callout(mo.md("Pick at least one mode above."), kind="info"))
     comparison = wb.run_live(_specs, cold=cold.value and not SMOKE)
     return (comparison,)
 
@@ -59,20 +61,20 @@ def _(comparison):
     _cols = ["mode", "first_step_ms", "steady_median_ms", "steady_p10_ms", "steady_p90_ms",
              "compiles_total", "compiles_steady", "executions_per_step", "items_per_s", "mfu",
              "final_loss"]
-    _errors = [mo.callout(mo.md(f"**{k}** failed: {v}"), kind="danger")
-               for k, v in comparison.errors.items()]
+    _failures = nb.run_failures(comparison, summary)  # a failed run, or no summary at all
     mo.vstack([
-        *_errors,
-        mo.ui.table(summary[_cols].round(4), selection=None, label="per-mode summary"),
+        *_failures,
+        nb.table(summary[_cols], label="per-mode summary"),
         mo.hstack([wb.charts.steady_times(summary), wb.charts.first_vs_steady(summary)]),
         wb.charts.compiles_per_mode(summary),
-    ]) if len(summary) else mo.vstack(_errors)
+    ]) if len(summary) else mo.vstack(_failures)
     return (summary,)
 
 
 @app.cell(hide_code=True)
 def _(summary):
-    _peak = summary["peak_source"].iloc[0] if len(summary) else ""
+    mo.stop(summary.empty)  # the cell above shows why (a failed-run callout)
+    _peak = summary["peak_source"].iloc[0]
     mo.md(f"""
     **How to read it.** `first_step_ms` includes compiling (XLA) or code generation (inductor);
     `steady_*` are the median and spread of every later step, timed after waiting for the
@@ -120,9 +122,8 @@ def _(change, model):
     compiles = wb.compile_events([recompile_run])
     mo.vstack([
         wb.charts.recompile_timeline(compiles, _spec.steps),
-        mo.ui.table(compiles[["step", "trigger", "cause", "explanation", "inputs", "outputs",
-                              "frame"]],
-                    selection=None, label="every compilation, with torch_xla's cause"),
+        nb.table(compiles[["step", "trigger", "cause", "explanation", "inputs", "outputs",
+                           "frame"]], label="every compilation, with torch_xla's cause"),
     ])
     return
 
@@ -154,9 +155,9 @@ def _(model):
                         "cache_hits", "cached_graphs", "compile_ms", "saved_ms"]]
     mo.vstack([
         wb.charts.cache_first_steps(cache.runs),
-        mo.ui.table(_runs.round(1), selection=None, label="one row per run, same worker"),
-        mo.ui.table(cache.compiles[["scenario", "step", "trigger", "cause", "explanation"]],
-                    selection=None, label="compilations during the steps, with their cause"),
+        nb.table(_runs, label="one row per run, same worker"),
+        nb.table(cache.compiles[["scenario", "step", "trigger", "cause", "explanation"]],
+                 label="compilations during the steps, with their cause"),
     ])
     return (cache,)
 
@@ -191,9 +192,9 @@ def _(model):
         persistent = wb.persistent_cache_check(_spec)
     mo.vstack([
         mo.callout(mo.md(persistent.verdict), kind="success" if persistent.readable else "warn"),
-        mo.ui.table(persistent.runs[["process", "first_step_ms", "compiles", "persistent_misses",
-                                     "persistent_hits", "deserialize_failures", "files"]].round(1),
-                    selection=None, label="each process's persistent-cache counters"),
+        nb.table(persistent.runs[["process", "first_step_ms", "compiles", "persistent_misses",
+                                  "persistent_hits", "deserialize_failures", "files"]],
+                 label="each process's persistent-cache counters"),
     ])
     return
 

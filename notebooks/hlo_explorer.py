@@ -8,6 +8,7 @@ with app.setup:
 
     import tpu_workbench as wb
     from tpu_workbench import hlo, profiling
+    from tpu_workbench import notebook as nb
 
     SMOKE = wb.smoke_mode()
 
@@ -45,8 +46,8 @@ def _(mode, model):
     files = hlo.load_run_hlo(result)
     before = hlo.main_module(files, "before_optimizations")
     after = hlo.main_module(files, "after_optimizations")
-    mo.ui.table(files[["module", "stage", "bytes", "file"]], selection=None,
-                label=f"{files['module'].nunique()} module(s) compiled by the step")
+    nb.table(files[["module", "stage", "bytes", "file"]],
+             label=f"{files['module'].nunique()} module(s) compiled by the step")
     return after, before, files, result
 
 
@@ -55,12 +56,11 @@ def _(after, before):
     ops_before = hlo.instructions(before)
     ops_after = hlo.instructions(after)
     _s = hlo.summary(after)
-    _xla = _s.get("xla_flops")
     mo.vstack([
         mo.md(f"""
     **Before optimisation**: {len(ops_before):,} instructions. **After**: {len(ops_after):,},
     of which {sum(_s["fusions_by_kind"].values())} fusions.
-    FLOPs per step: XLA's cost analysis **{(_xla or 0) / 1e9:,.3f} GFLOP**, analytic dot and
+    FLOPs per step: XLA's cost analysis {nb.xla_flops_text(_s)}; the analytic dot and
     convolution count {_s["dot_flops"] / 1e9:,.3f} GFLOP.
     """),
         mo.hstack([wb.charts.op_mix(ops_before, top=15, title="before optimisation"),
@@ -71,8 +71,8 @@ def _(after, before):
 
 @app.cell
 def _(ops_after):
-    mo.ui.table(wb.charts.fusion_table(ops_after), page_size=10,
-                label="fusions XLA created (kernels it will run)")
+    nb.table(wb.charts.fusion_table(ops_after), page_size=10, selection="multi",
+             label="fusions XLA created (kernels it will run)")
     return
 
 
@@ -114,8 +114,7 @@ def _():
 
 @app.cell
 def _(after, pattern):
-    mo.ui.table(hlo.search(after, pattern.value), page_size=8, selection=None,
-                label="matching instructions")
+    nb.table(hlo.search(after, pattern.value), page_size=8, label="matching instructions")
     return
 
 
@@ -146,7 +145,7 @@ def _(model):
         _runs[_m] = hlo.read_hlo(hlo.load_run_hlo(wb.run(_spec)), "after_optimizations")
     module_diff = hlo.diff_modules(_runs["lazy"], _runs["dynamo"], "lazy", "dynamo")
     mo.vstack([wb.charts.diff_chart(module_diff, label_a="lazy", label_b="dynamo"),
-               mo.ui.table(module_diff, page_size=8, selection=None)])
+               nb.table(module_diff, page_size=8)])
     return
 
 

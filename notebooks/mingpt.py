@@ -11,6 +11,7 @@ with app.setup:
     import torch
 
     import tpu_workbench as wb
+    from tpu_workbench import notebook as nb
     from tpu_workbench.models import get_model, mingpt, preset_table
 
     SMOKE = wb.smoke_mode()
@@ -34,9 +35,9 @@ def _():
     _source = "\n\n".join(inspect.getsource(c) for c in (
         mingpt.CausalSelfAttention, mingpt.MLP, mingpt.Block, mingpt.GPT))
     mo.vstack([
-        mo.ui.table(preset_table("mingpt")[["preset", "params", "n_layer", "n_head", "n_embd",
-                                           "vocab_size", "gflops_per_step"]],
-                    selection=None, label="presets (parameters counted on the meta device)"),
+        nb.table(preset_table("mingpt")[["preset", "params", "n_layer", "n_head", "n_embd",
+                                        "vocab_size", "gflops_per_step"]],
+                 label="presets (parameters counted on the meta device)"),
         mo.accordion({"the model's source": mo.ui.code_editor(_source, language="python",
                                                               disabled=True)}),
     ])
@@ -74,7 +75,7 @@ def _(result):
     mo.vstack([
         mo.md(f"**The trained model sorts on its own** (greedy decoding, its outputs fed back "
               f"in): {_examples['ok'].mean():.0%} of these sequences come out exactly right."),
-        mo.ui.table(_examples.astype(str), selection=None),
+        nb.table(_examples.astype(str)),
     ])
     return
 

@@ -13,6 +13,7 @@ with app.setup:
     import kernels
     import tpu_workbench as wb
     from kernels import bench, check, lowering, tiling, torch_bridge
+    from tpu_workbench import notebook as nb
 
     SMOKE = wb.smoke_mode()
     TPU = wb.tpu_status()
@@ -167,11 +168,10 @@ def _(HEAD_DIM, blocks):
     reference_s = time.perf_counter() - _t0
     mine_err = kernels.relative_error(mine_out, _ref)
     _tol = check.TOLERANCE[blocks["dtype"]]
-    mo.callout(mo.md(
-        f"Your shape, q/k/v {_shape} {blocks['dtype']}, causal={blocks['causal']}: relative "
-        f"error **{mine_err:.2e}** (tolerance {_tol:.0e}) "
-        + ("within tolerance." if mine_err <= _tol else "**above tolerance**.")),
-        kind="success" if mine_err <= _tol else "danger")
+    _what = (f"Your shape, q/k/v {_shape} {blocks['dtype']}, causal={blocks['causal']}: "
+             f"relative error {mine_err:.2e} (tolerance {_tol:.0e})")
+    mo.callout(mo.md(f"{_what}: within tolerance."), kind="success") if mine_err <= _tol \
+        else nb.failed_run_callout("flash attention vs reference", f"{_what}: above tolerance")
     return first_s, interpret_s, reference_s
 
 
@@ -184,8 +184,8 @@ def _():
                            ignore_index=True)
     mo.vstack([
         wb.charts.kernel_errors(checks),
-        mo.ui.table(checks.drop(columns="seconds").round({"rel_error": 9}), selection=None,
-                    label="kernel vs reference (the tests assert rel_error <= tolerance)"),
+        nb.table(checks.drop(columns="seconds"),
+                 label="kernel vs reference (the tests assert rel_error <= tolerance)"),
     ])
     return
 
@@ -217,8 +217,8 @@ def _(HEAD_DIM, blocks):
                                         block_k=blocks["block_k"], causal=blocks["causal"])
     _mosaic = _mosaic[_mosaic.find("The Mosaic module"):]
     mo.vstack([
-        mo.ui.table(calls[["target", "kernel_name", "signature", "payload_bytes"]],
-                    selection=None, label="custom calls in the lowered program"),
+        nb.table(calls[["target", "kernel_name", "signature", "payload_bytes"]],
+                 label="custom calls in the lowered program"),
         mo.plain_text(lowering.shorten(_hlo)),
         mo.md("Inside the payload (Pallas prints it with `debug=True`): the block shapes are "
               "`window_bounds`, the index maps are the `transform_*` functions, the grid is "
@@ -245,17 +245,19 @@ def _(first_s, interpret_s, reference_s):
         _out = mo.vstack([
             mo.md("bf16, causal, B x H x T x D shapes of GPT-2 small; median of 20 runs after "
                   "3 warm-up runs, the device synced before each clock read:"),
-            mo.ui.table(_times, selection=None),
+            nb.table(_times),
         ])
     else:
         _out = mo.callout(mo.md(
             f"**No TPU here, so no timing means anything.** Interpret mode simulates every "
-            f"grid step on the CPU with host callbacks: your shape took {interpret_s * 1e3:,.0f}"
-            f" ms per call (plus {first_s - interpret_s:,.1f} s to trace and compile the "
-            f"simulation once), PyTorch's reference {reference_s * 1e3:,.1f} ms. These numbers "
-            f"say nothing about a TPU. On a TPU this cell runs `kernels.bench` in a subprocess "
-            f"and times the compiled kernel against `F.scaled_dot_product_attention` compiled "
-            f"by XLA, on GPT-2 small's attention shapes."), kind="warn")
+            f"grid step on the CPU with host callbacks: your shape took "
+            f"{nb.format_us(interpret_s * 1e6)} per call (plus "
+            f"{nb.format_us((first_s - interpret_s) * 1e6)} to trace and compile the "
+            f"simulation once), PyTorch's reference {nb.format_us(reference_s * 1e6)}. These "
+            f"numbers say nothing about a TPU. On a TPU this cell runs `kernels.bench` in a "
+            f"subprocess and times the compiled kernel against "
+            f"`F.scaled_dot_product_attention` compiled by XLA, on GPT-2 small's attention "
+            f"shapes."), kind="warn")
     _out
     return
 
@@ -298,8 +300,7 @@ def _():
             _st = _r.steps[_r.steps["kind"] == "step"]
             _rows.append({"attention": _impl, "final loss": _st["loss"].iloc[-1],
                           "median step ms (steps 5+)": _st["wall_ms"].iloc[5:].median()})
-        _out.append(mo.ui.table(pd.DataFrame(_rows), selection=None,
-                                label="gpt-mini on the TPU, 20 steps each"))
+        _out.append(nb.table(pd.DataFrame(_rows), label="gpt-mini on the TPU, 20 steps each"))
     mo.vstack(_out)
     return
 

@@ -9,6 +9,7 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
+    from tpu_workbench import notebook as nb
     from tpu_workbench import profiling
 
     SMOKE = wb.smoke_mode()
@@ -54,8 +55,8 @@ def _(profile):
     _steps = profile.steps
     mo.vstack([
         wb.charts.step_breakdown(_steps),
-        mo.ui.table((_steps.set_index("step") / 1e3).round(2).reset_index(), selection=None,
-                    label="per-step breakdown (ms): the parts add up to the step"),
+        nb.table((_steps.set_index("step") / 1e3).reset_index(),
+                 label="per-step breakdown (ms): the parts add up to the step"),
     ])
     return
 
@@ -76,7 +77,7 @@ def _(profile):
     _ops = profile.ops
     mo.vstack([
         wb.charts.top_ops(_ops) if len(_ops) else mo.md("_No HLO ops (plain PyTorch mode)._"),
-        mo.ui.table(_ops.head(30).round(4), selection=None, label="HLO ops, steady steps"),
+        nb.table(_ops.head(30), label="HLO ops, steady steps"),
         mo.md("`call.N` ops wrap other ops (XLA:CPU runs some convolutions and dots inside "
               "calls), so shares can add up to more than 100%."),
     ])

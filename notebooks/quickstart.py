@@ -10,6 +10,7 @@ with app.setup:
 
     import tpu_workbench as wb
     from tpu_workbench import dtensor_sharding, hlo, profiling, sharding
+    from tpu_workbench import notebook as nb
 
     SMOKE = wb.smoke_mode()
     # Smoke runs (CI) use the smallest model; a user gets the model picked below.
@@ -23,8 +24,10 @@ def _():
 
     PyTorch reaches a TPU through **XLA**: your model is traced into an XLA program (HLO), compiled
     once, then run step after step. This notebook shows what that costs and buys you, for real,
-    on whatever machine you are on. With no TPU attached it runs on **XLA:CPU**, which compiles the
-    very same HLO with the same SPMD partitioner, so what you learn here carries over to a v6e.
+    on whatever machine you are on. With no TPU attached it runs on **XLA:CPU**: it takes the very
+    same HLO a TPU would and partitions it with the same SPMD partitioner, so the traced program,
+    its sharding and the collectives it gets carry over to a v6e. What XLA:CPU's own backend then
+    does (fusion, layouts: the optimised HLO) and the times do not.
 
     Every experiment runs in a separate **worker process** (torch_xla reads its settings once, at
     import, and a crash there must never take this notebook down); records stream back while it
@@ -52,7 +55,7 @@ def _(backend, runtime):
     elif _tpu["available"]:
         _where = f"**TPU** ({runtime['device_count']} x {runtime['device_kind']})"
     else:
-        _where = f"**XLA:{runtime['device_kind']}** with {runtime['device_count']} virtual devices"
+        _where = f"**XLA:{runtime['device_hw']}** with {runtime['device_count']} virtual devices"
     _ttpu = backend["torch_tpu"]
     if _ttpu["installed"]:
         _where += (f". TorchTPU {_ttpu['version']} is installed: "
@@ -64,12 +67,13 @@ def _(backend, runtime):
     ## Where am I running?
 
     You are on {_where}. {"" if _tpu["available"] else "No TPU here: " + _tpu["reason"] + "."}
-    This host's CPU peaks at **{_peak:,.0f} GFLOP/s** (fp32 matmul, measured just now and cached).
+    This host's CPU peaks at **{_peak:,.0f} GFLOP/s** ({nb.host_peak_text(backend["host_peak"])}).
     One v6e chip peaks at **{_v6e.bf16_tflops:,.0f} TFLOP/s** in bf16 with {_v6e.hbm_gb:.0f} GB
     of HBM at {_v6e.hbm_gbps:,.0f} GB/s: about {_v6e.peak_flops / (_peak * 1e9):,.0f}x this CPU.
-    On a TPU the programs below are the same; only the times change.
+    On a TPU the traced programs below are the same (its compiler then optimises them its own
+    way), and so is their sharding; the optimised HLO and the times change.
     """),
-        mo.ui.table(wb.chip_table(), selection=None, label="TPU chips (published peak figures)"),
+        nb.table(wb.chip_table(), label="TPU chips (published peak figures)"),
     ])
     return
 
@@ -105,6 +109,7 @@ def _(model, modes, steps):
     specs = [wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
                                mode=_m, steps=_n_steps)
              for _m in modes.value]
+    mo.stop(not specs, mo.callout(mo.md("Pick at least one mode above."), kind="info"))
     # A fresh worker per mode: every first step pays its own compile (a warm worker would
     # serve `compile` the graph `lazy` just compiled). Smoke runs (CI) share workers.
     comparison = wb.run_live(specs, cold=not SMOKE)
@@ -114,11 +119,9 @@ def _(model, modes, steps):
 @app.cell
 def _(comparison):
     summary = wb.summarize(comparison.steps)
-    _errors = [mo.callout(mo.md(f"**{name}** failed: {err}"), kind="danger")
-               for name, err in comparison.errors.items()]
     mo.vstack([
-        *_errors,
-        mo.ui.table(summary.round(2), selection=None, label="per-mode summary"),
+        *nb.run_failures(comparison, summary),
+        nb.table(summary, label="per-mode summary"),
         wb.charts.loss_curves(comparison.steps) if len(comparison.steps) else mo.md(""),
     ])
     return (summary,)
@@ -126,7 +129,8 @@ def _(comparison):
 
 @app.cell(hide_code=True)
 def _(backend, summary):
-    _fast = summary.sort_values("steady_median_ms").iloc[0] if len(summary) else None
+    mo.stop(summary.empty)  # the cell above shows why (a failed-run callout)
+    _fast = summary.sort_values("steady_median_ms").iloc[0]
     _why = (
         "XLA is not a speed-up on a CPU; its value here is that `lazy` and `compile` produce the "
         "very programs a TPU runs, compiled once (see `compiles_total`) and never again in "
@@ -136,8 +140,7 @@ def _(backend, summary):
         "against `torch.compile` (inductor). On a TPU the TorchTPU modes join them.")
     mo.md(f"""
     **Reading the numbers.** The fastest steady state here is
-    **{_fast["mode"] if _fast is not None else "?"}** at
-    {_fast["steady_median_ms"] if _fast is not None else float("nan"):.1f} ms per step.
+    **{_fast["mode"]}** at {_fast["steady_median_ms"]:.1f} ms per step.
     {_why}
     """)
     return
@@ -171,9 +174,9 @@ def _(backend, model):
     mo.vstack([
         mo.md(f"""
     The optimised step has **{len(_ops):,} HLO instructions** in
-    {sum(_s["fusions_by_kind"].values())} fusions; XLA's cost model counts
-    **{(_s["xla_flops"] or 0) / 1e9:.3f} GFLOP** per step (analytic matmul count:
-    {_s["dot_flops"] / 1e9:.3f}). The *HLO explorer* notebook goes further.
+    {sum(_s["fusions_by_kind"].values())} fusions. FLOPs per step: XLA's cost model
+    {nb.xla_flops_text(_s)}; the analytic matmul count {_s["dot_flops"] / 1e9:.3f} GFLOP.
+    The *HLO explorer* notebook goes further.
     """),
         mo.hstack([wb.charts.op_mix(_ops, top=12, title="ops after optimisation"),
                    wb.charts.top_ops(_profile.ops, n=12)]),
@@ -227,13 +230,47 @@ def _(backend, mesh, model, strategy):
                 f"from DTensor (`distribute_tensor`), one process per device of the "
                 f"{sharding.mesh_text(_shape)} mesh, as TorchTPU shards on a TPU host.")
     _params = layout[layout["tensor_kind"] == "param"]
-    _shown = _params.sort_values("shard_bytes", ascending=False)["tensor"].iloc[0]
+    largest = _params.sort_values("shard_bytes", ascending=False)["tensor"].iloc[0]
     mo.vstack([
         mo.md(f"**{sharding.STRATEGIES[strategy.value]}.** The largest parameter, "
-              f"`{_shown}`, on the {sharding.mesh_text(_shape)} mesh:"),
-        wb.charts.layout_grid(layout, _shown, _shape),
+              f"`{largest}`, on the {sharding.mesh_text(_shape)} mesh:"),
+        wb.charts.layout_grid(layout, largest, _shape),
         mo.md(_how),
     ])
+    return largest, layout
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Workshop exercise
+
+    With the mesh and strategy picked above, **how many devices hold each slice of the largest
+    parameter** (its replicas: the cells of one colour)? Work it out from the strategy (which
+    mesh axis splits that weight, if any?), then enter it and change the strategy to try again.
+    """)
+    return
+
+
+@app.cell
+def _():
+    answer = mo.ui.number(start=1, stop=64, value=1, label="devices holding each slice")
+    answer
+    return (answer,)
+
+
+@app.cell
+def _(answer, largest, layout):
+    _rows = layout[layout["tensor"] == largest]
+    _slices = _rows["index_label"].nunique()
+    _devices = _rows["device_name"].nunique()
+    _each = int(_rows.groupby("index_label")["device_name"].nunique().max())
+    _ok = answer.value == _each
+    mo.callout(mo.md(
+        f"`{largest}` is cut into **{_slices}** slice(s) over {_devices} devices, so **{_each}** "
+        "device(s) hold each slice. " + ("Right." if _ok else
+        f"You said {answer.value}. Hint: devices / slices; a weight split along one mesh axis "
+        "is replicated along the other.")), kind="success" if _ok else "warn")
     return
 
 

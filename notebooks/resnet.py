@@ -8,6 +8,7 @@ with app.setup:
     import torch
 
     import tpu_workbench as wb
+    from tpu_workbench import notebook as nb
     from tpu_workbench.models import get_model, preset_table
     from tpu_workbench.models.resnet import SHAPES
 
@@ -38,8 +39,8 @@ def _():
     mo.vstack([
         mo.image(wb.image_grid(_batch["x"])),
         mo.md(f"labels, left to right, top to bottom: {_labels}"),
-        mo.ui.table(presets[["preset", "params", "batch_size", "gflops_per_step", "arch",
-                             "image_size", "num_classes"]], selection=None, label="presets"),
+        nb.table(presets[["preset", "params", "batch_size", "gflops_per_step", "arch",
+                          "image_size", "num_classes"]], label="presets"),
     ])
     return (presets,)
 

@@ -9,6 +9,7 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
+    from tpu_workbench import notebook as nb
     from tpu_workbench import sharding
 
     SMOKE = wb.smoke_mode()
@@ -22,9 +23,11 @@ def _():
     On a TPU slice one program runs on every chip; **SPMD** sharding says which slice of every
     tensor each chip holds, and XLA's partitioner turns the global program into a per-chip one,
     inserting the collectives (all-reduce, all-gather...) the layout needs. Here virtual XLA:CPU
-    devices stand in for the chips: the partitioner and the collectives are the same as on a
-    v6e. Pick a mesh shaped like a real slice and a strategy, then see every tensor's layout,
-    the memory each device holds, the collectives, and what they would cost on a v6e's ICI.
+    devices stand in for the chips: the SPMD partitioner is the same, so the layouts and the
+    collectives it inserts are the ones a v6e's program gets before backend optimisation (the
+    TPU compiler may then combine, reorder or overlap them). Pick a mesh shaped like a real
+    slice and a strategy, then see every tensor's layout, the memory each device holds, the
+    collectives, and what they would cost on a v6e's ICI.
     """)
     return
 
@@ -71,9 +74,8 @@ def _(layout, mesh_shape, tensor):
     _rows = layout[layout["tensor"] == tensor.value]
     mo.vstack([
         wb.charts.layout_grid(layout, tensor.value, mesh_shape),
-        mo.ui.table(_rows[["device_name", "row", "col", "index_label", "shard_shape",
-                           "shard_bytes", "replica_id", "spec"]], selection=None,
-                    label="what each device holds"),
+        nb.table(_rows[["device_name", "row", "col", "index_label", "shard_shape",
+                        "shard_bytes", "replica_id", "spec"]], label="what each device holds"),
     ])
     return
 
@@ -81,7 +83,17 @@ def _(layout, mesh_shape, tensor):
 @app.cell
 def _(result):
     memory = sharding.memory_per_device(result)
-    mo.vstack([mo.md("## Memory per device"), wb.charts.memory_bars(memory)])
+    mo.vstack([
+        mo.md("""
+    ## Memory per device
+
+    **Parameters** and **inputs** are the buffers XLA laid out on each device in this run.
+    **Gradients** and **optimizer** state are *derived* from them, not measured: a gradient has
+    its parameter's layout (the same bytes), and Adam keeps two moments sharded like it (2 x
+    the parameter bytes). The black tick, where shown, is XLA's own total for the compiled step.
+    """),
+        wb.charts.memory_bars(memory),
+    ])
     return
 
 
@@ -93,14 +105,15 @@ def _(result, spec):
         mo.md(f"""
     ## Collectives XLA inserted
 
-    {len(collectives)} collectives in the partitioned step. On v6e ICI (800 GB/s per chip,
-    ring algorithms) they would take about **{_total_us:,.0f} µs** per step if none
-    overlapped with compute.
+    {len(collectives)} collectives in the partitioned step. On a v6e slice of this shape they
+    would take about **{nb.format_us(_total_us)}** per step if none overlapped with compute.
+
+    _{sharding.ici_assumptions("v6e")}_
     """),
         wb.charts.collective_bytes(collectives.assign(strategy=spec.strategy))
         if len(collectives) else mo.md("_No collectives: nothing is split._"),
-        mo.ui.table(collectives.drop(columns=["replica_groups"], errors="ignore"),
-                    page_size=8, selection=None),
+        nb.table(collectives.drop(columns=["replica_groups"], errors="ignore"),
+                 page_size=8, selection=None),
     ])
     return
 
@@ -127,7 +140,7 @@ def _(spec):
     by_strategy = sharding.summary_frame(_results)
     mo.vstack([
         wb.charts.step_time_per_strategy(by_strategy),
-        mo.ui.table(by_strategy, selection=None),
+        nb.table(by_strategy),
     ])
     return
 

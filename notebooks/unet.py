@@ -10,6 +10,7 @@ with app.setup:
     import torch
 
     import tpu_workbench as wb
+    from tpu_workbench import notebook as nb
     from tpu_workbench.models import get_model, preset_table
 
     SMOKE = wb.smoke_mode()
@@ -38,7 +39,7 @@ def _():
         mo.md("**What it learns from**: 16 generated training images (the model sees them with "
               "noise added; the schedule below says how much)."),
         mo.image(wb.image_grid((_batch["x"] + 1) / 2)),
-        mo.ui.table(preset_table("unet").iloc[:, :6], selection=None, label="presets"),
+        nb.table(preset_table("unet").iloc[:, :6], label="presets"),
     ])
     return cfg, family
 

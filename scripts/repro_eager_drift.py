@@ -6,6 +6,9 @@ machine busy (``--burners N`` spinning processes), some eager runs take a differ
 update: seen here, 2 of 10 runs and 2 of 8 with XLA_ENABLE_PARAM_ALIASING=0, e.g. step 1 loss
 0.7883 instead of 0.9887; on an idle machine every run matched to 1e-6.
 
+``scripts/repro_eager_drift_bare.py`` runs the same program with no workbench code (plain torch
+and torch_xla) and drifts the same way under load, so this is torch_xla's, not the workbench's.
+
     .venv/bin/python scripts/repro_eager_drift.py --runs 8 --burners 3
 """
 

@@ -7,6 +7,7 @@ import pytest
 import tpu_workbench as wb
 
 SPEC = wb.ExperimentSpec(model="mlp", preset="tiny", mode="lazy", steps=3)
+BATCH, NEW_BATCH = 16, 24  # the study's batch sizes: the cold and warm runs, then the miss
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +16,8 @@ def study(tmp_path_factory):
     mp.setenv("TPU_WORKBENCH_RESULTS", str(tmp_path_factory.mktemp("results")))
     seen = []
     try:
-        out = wb.cache_study(SPEC, on_run=lambda scenario, result: seen.append(scenario))
+        out = wb.cache_study(SPEC.replace(batch_size=BATCH), new_shape={"batch_size": NEW_BATCH},
+                             on_run=lambda scenario, result: seen.append(scenario))
     finally:
         mp.undo()
     assert seen == ["cold", "warm", "miss"]
@@ -30,18 +32,27 @@ def test_identical_rerun_in_a_warm_worker_compiles_nothing(study):
     assert warm.cache_hits >= SPEC.steps  # every step's graph came from the cache
     assert warm.compile_ms == 0
     assert warm.cached_graphs == cold.cached_graphs  # nothing new was added
-    assert warm.saved_ms == pytest.approx(cold.first_step_ms - warm.first_step_ms)
+
+
+def test_saved_time_is_the_difference_of_the_runs_first_steps(study):
+    """saved_ms against the step records each run streamed (its step 0's wall_ms)."""
+    first = [r.records for r in study.results]
+    first = [next(rec["wall_ms"] for rec in records
+                  if rec.get("kind") == "step" and rec["step"] == 0) for records in first]
+    assert list(study.runs["first_step_ms"]) == pytest.approx(first)
+    assert list(study.runs["saved_ms"]) == pytest.approx([0.0, first[0] - first[1],
+                                                          first[0] - first[2]])
 
 
 def test_new_shape_is_a_miss_with_its_cause(study):
     cold, miss = study.runs.iloc[0], study.runs.iloc[2]
-    assert miss.batch_size == 2 * cold.batch_size
+    assert (cold.batch_size, miss.batch_size) == (BATCH, NEW_BATCH)  # as the workers reported
     assert miss.compiles >= 1
     assert miss.cached_graphs > cold.cached_graphs
     events = study.compiles[study.compiles["scenario"] == wb.compile_cache.SCENARIOS["miss"]]
     assert list(events["step"]) == [0]  # compiled once, at its first step, never again
     event = events.iloc[0]
-    assert "batch_size: 32 -> 64" in event["trigger"]
+    assert event["trigger"] == f"batch_size: {BATCH} -> {NEW_BATCH}"  # the field, both values
     assert "shape" in event["explanation"]  # same code, same inputs: an input's shape changed
     warm_events = study.compiles[study.compiles["scenario"] == wb.compile_cache.SCENARIOS["warm"]]
     assert warm_events.empty
@@ -49,10 +60,21 @@ def test_new_shape_is_a_miss_with_its_cause(study):
 
 def test_cache_study_chart_builds(study):
     chart = wb.charts.cache_first_steps(study.runs).to_dict()
-    assert len(chart["layer"]) == 2  # bars and their labels
-    rows = next(iter(chart["datasets"].values()))
+    bars, labels = chart["layer"]  # bars and their labels
+    assert bars["mark"]["type"] == "bar" and labels["mark"]["type"] == "text"
+    enc = chart.get("encoding") or bars["encoding"]
+    assert (enc["y"]["field"], enc["x"]["field"]) == ("label", "first_step_ms")
+    assert enc["x"]["scale"]["type"] == "log"
+    assert bars["encoding"]["color"]["field"] == "outcome"
+    assert labels["encoding"]["text"]["field"] == "text"
+    (rows,) = chart["datasets"].values()
+    assert [r["label"] for r in rows] == ["cold worker (first run)", "warm worker, same spec",
+                                          "warm worker, new shape"]
+    first = [r.steps["wall_ms"].iloc[0] for r in study.results]  # each run's own step 0
+    assert [r["first_step_ms"] for r in rows] == pytest.approx(first)
     assert [r["outcome"] for r in rows] == ["compiled (cache miss)", "cache hit",
                                             "compiled (cache miss)"]
+    assert rows[1]["text"] == f"0 compiled, {study.runs.iloc[1].cache_hits:g} hits"
 
 
 def test_persistent_cache_on_cpu_says_it_cannot_be_read_back(tmp_path, monkeypatch):

@@ -187,16 +187,51 @@ def test_search_memory_report_and_file_names():
 
 def test_charts_from_frames():
     df = hlo.instructions(SYNTH)
-    assert hlo_charts.op_mix(df, top=5).to_dict()["mark"]["type"] == "bar"
+    mix = hlo_charts.op_mix(df, top=5).to_dict()
+    assert mix["mark"]["type"] == "bar"
+    assert (mix["encoding"]["x"]["field"], mix["encoding"]["y"]["field"]) == ("count", "opcode")
+    # counted by hand in synthetic.hlo.txt, all computations: 11 parameters (2 + 3 + 1 + 1 in
+    # the called computations, 4 in the entry), 3 fusions, 2 each of add, dot and constant
+    rows = mix["datasets"][mix["data"]["name"]]
+    assert {r["opcode"]: r["count"] for r in rows} == {"parameter": 11, "fusion": 3, "add": 2,
+                                                        "dot": 2, "constant": 2}
+    entry = hlo_charts.op_mix(df, top=2, scope="entry").to_dict()
+    assert {r["opcode"]: r["count"] for r in entry["datasets"][entry["data"]["name"]]} == \
+        {"parameter": 4, "fusion": 3}
     table = hlo_charts.fusion_table(df).set_index("name")
     assert "dot 1" in table.loc["fdot", "fused_ops"]
     cost = hlo.per_op_cost(SYNTH, method="estimate")
     assert set(cost["method"]) == {"estimate"}
     assert cost.set_index("name").loc["fdot", "flops"] == 8192 + 128  # dot + add
     spec = hlo_charts.roofline(cost, peak_flops=1e11, bandwidth=2e10).to_dict()
-    assert len(spec["layer"]) == 2
+    roof, points = spec["layer"]
+    assert (roof["mark"]["type"], points["mark"]["type"]) == ("line", "circle")
+    enc = points["encoding"]
+    assert (enc["x"]["field"], enc["y"]["field"], enc["color"]["field"]) == \
+        ("intensity", "flops_per_s", "opcode")
+    assert enc["x"]["scale"]["type"] == enc["y"]["scale"]["type"] == "log"
+    ops = {r["name"]: r for r in spec["datasets"][points["data"]["name"]]}
+    assert set(ops) == {"dot.1", "relu", "fdot", "red", "conv"}  # the ops with FLOPs
+    # by hand, ridge 1e11 / 2e10 = 5 FLOP/byte: dot.1 does 8192 FLOPs on 3584 bytes, under the
+    # ridge, so 2e10 B/s x 8192 / 3584; conv 73728 on 3712 bytes, over it: the 1e11 peak
+    assert ops["dot.1"]["flops_per_s"] == pytest.approx(2e10 * 8192 / 3584)
+    assert ops["dot.1"]["bound"] == "memory"
+    assert (ops["conv"]["flops_per_s"], ops["conv"]["bound"]) == (1e11, "compute")
     d = hlo.diff(SYNTH, SPMD, "synthetic", "spmd")
-    assert hlo_charts.diff_chart(d).to_dict()["title"].startswith("op counts: spmd minus")
+    chart = hlo_charts.diff_chart(d).to_dict()
+    assert chart["title"].startswith("op counts: spmd minus")
+    enc = chart["encoding"]
+    assert (enc["x"]["field"], enc["y"]["field"], enc["color"]["field"]) == \
+        ("delta", "label", "more_in")
+    rows = {r["label"]: r for r in chart["datasets"][chart["data"]["name"]]}
+    # one all-reduce (an async start/done pair) in synthetic.hlo.txt, the SPMD file's 4
+    # (test_spmd_fixture_all_reduce_replica_groups): 3 more in spmd
+    ar = rows["all-reduce (collective)"]
+    assert (ar["a"], ar["b"], ar["delta"], ar["more_in"]) == (1, 4, 3, "spmd")
+    conv = rows["convolution"]  # only synthetic.hlo.txt has a convolution
+    assert (conv["a"], conv["b"], conv["delta"], conv["more_in"]) == (1, 0, -1, "synthetic")
+    assert rows["parameter"]["a"] == 11  # counted by hand above
+    assert all(r["delta"] != 0 for r in rows.values())  # unchanged counts are left out
     with pytest.raises(ValueError, match="needs columns"):
         hlo_charts.roofline(pd.DataFrame({"x": [1]}), 1e9, 1e9)
 

@@ -13,11 +13,65 @@ import torch
 
 from kernels import check, lowering, tiling, torch_bridge
 from kernels.flash_attention import attention_reference, check_attention_blocks
-from kernels.rmsnorm import check_rmsnorm_blocks
+from kernels.rmsnorm import check_rmsnorm_blocks, rmsnorm_reference
 
 
-def test_tolerances_are_stated():
-    assert check.TOLERANCE == {"float32": 1e-5, "bfloat16": 1e-2}
+def _attention_f64(q, k, v, causal: bool, scale: float | None = None, see_ahead: int = 0):
+    """Attention by hand in float64: softmax(q k^T * scale) v, written out (no SDPA); causal
+    hides key j from query i when j > i + see_ahead (0: SDPA's top-left aligned mask)."""
+    q, k, v = (t.double() for t in (q, k, v))
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        i = torch.arange(q.shape[-2])[:, None]
+        j = torch.arange(k.shape[-2])[None, :]
+        s = s.masked_fill(j > i + see_ahead, float("-inf"))
+    p = (s - s.amax(-1, keepdim=True)).exp()
+    return (p / p.sum(-1, keepdim=True)) @ v
+
+
+def _rmsnorm_f64(x, w, eps: float = 1e-6):
+    """RMSNorm by hand in float64: x / sqrt(mean(x^2) + eps) * w."""
+    x, w = x.double(), w.double()
+    return x / (x.square().sum(-1, keepdim=True) / x.shape[-1] + eps).sqrt() * w
+
+
+def test_references_match_float64_by_hand():
+    """The references every kernel is checked against are right, by an independent float64
+    computation (causal self-attention, cross-attention with kv_len != q_len, RMSNorm)."""
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 3, 19, 16, generator=gen) for _ in range(3))
+    assert check.relative_error(attention_reference(q, k, v, True),
+                                _attention_f64(q, k, v, True)) < 1e-6
+    kv = [torch.randn(2, 3, 33, 16, generator=gen) for _ in range(2)]
+    assert check.relative_error(attention_reference(q, *kv, False, sm_scale=0.3),
+                                _attention_f64(q, *kv, False, scale=0.3)) < 1e-6
+    x, w = torch.randn(5, 7, 96, generator=gen), torch.randn(96, generator=gen)
+    assert check.relative_error(rmsnorm_reference(x, w), _rmsnorm_f64(x, w)) < 1e-6
+
+
+def test_tolerances_pass_rounding_and_fail_a_subtle_bug():
+    """What the check's tolerances let through, against float64 by hand: bfloat16's is above the
+    error of rounding an exact result to bf16 (at most 2**-8 relative: 8 significant bits) and
+    below an off-by-one causal mask; float32's passes the kernel and fails it with its softmax
+    scale 1% off."""
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 24, 32, generator=gen, dtype=torch.float64) for _ in range(3))
+    exact = _attention_f64(q, k, v, causal=True)
+    bf16 = check.TOLERANCE["bfloat16"]
+    assert check.relative_error(exact.to(torch.bfloat16), exact) <= 2**-8 < bf16
+    off_by_one = _attention_f64(q, k, v, causal=True, see_ahead=1)
+    assert check.relative_error(off_by_one.to(torch.bfloat16), exact) > bf16
+    f32 = check.TOLERANCE["float32"]
+    q32, k32, v32 = (t.float() for t in (q, k, v))
+    kernel = torch_bridge.flash_attention(q32, k32, v32, causal=True)
+    assert check.relative_error(kernel, exact) < f32
+    wrong_scale = torch_bridge.flash_attention(q32, k32, v32, causal=True,
+                                               sm_scale=1.01 / math.sqrt(32))
+    assert check.relative_error(wrong_scale, exact) > f32
+    x, w = torch.randn(37, 96, generator=gen), torch.randn(96, generator=gen)
+    assert check.relative_error(torch_bridge.rmsnorm(x, w, block_rows=16), _rmsnorm_f64(x, w)) \
+        < f32
 
 
 def test_rmsnorm_matches_reference():
@@ -39,7 +93,7 @@ def test_jax_entry_points_match_the_references():
     import jax.numpy as jnp
 
     from kernels.flash_attention import flash_attention
-    from kernels.rmsnorm import rmsnorm, rmsnorm_reference
+    from kernels.rmsnorm import rmsnorm
 
     gen = torch.Generator().manual_seed(2)
     x, w = torch.randn(3, 13, 64, generator=gen), torch.randn(64, generator=gen)
@@ -116,15 +170,25 @@ def test_compiled_kernel_is_a_tpu_custom_call():
 
 
 def test_torch_attention_is_differentiable():
+    """The kernel's gradients against autograd through the float64 attention written by hand
+    (not the reference its backward recomputes)."""
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 11, 32, generator=gen, requires_grad=True) for _ in range(3))
     out = torch_bridge.flash_attention(q, k, v, causal=True)
-    ref = attention_reference(q, k, v, causal=True)
-    assert check.relative_error(out, ref) < check.TOLERANCE["float32"]
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    exact = _attention_f64(q64, k64, v64, causal=True)
+    assert check.relative_error(out, exact) < check.TOLERANCE["float32"]
     g = torch.randn_like(out)
-    for a, b in zip(torch.autograd.grad(out, (q, k, v), g),
-                    torch.autograd.grad(ref, (q, k, v), g), strict=True):
-        assert check.relative_error(a, b) < 1e-5
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    exact_grads = torch.autograd.grad(exact, (q64, k64, v64), g.double())
+    for name, a, b in zip("qkv", grads, exact_grads, strict=True):
+        assert a.dtype == torch.float32 and a.shape == b.shape, name
+        assert check.relative_error(a, b) < 1e-5, name
+    # the causal mask reaches the gradient: the last key only influences the last query
+    only_last = torch.zeros_like(out)
+    only_last[..., :-1, :] = g[..., :-1, :]
+    dk = torch.autograd.grad(torch_bridge.flash_attention(q, k, v, causal=True), k, only_last)[0]
+    assert dk[..., -1, :].abs().max() == 0 and dk[..., :-1, :].abs().max() > 0
 
 
 def test_interpret_mode_refuses_huge_grids():

@@ -134,6 +134,36 @@ def test_evaluate_is_a_scalar_tensor_in_range(name):
         assert value.item() > 0.0
 
 
+class _Answers(torch.nn.Module):
+    """Stands in for a model: logits whose argmax is `answers` (-1 targets answered with 0)."""
+
+    def __init__(self, answers: torch.Tensor, n_classes: int):
+        super().__init__()
+        self.logits = torch.nn.functional.one_hot(answers.clamp(min=0), n_classes).float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logits
+
+
+@pytest.mark.parametrize("name", ["mingpt", "resnet", "mlp"])
+def test_accuracy_counts_right_answers_of_scored_targets(name):
+    """A model right on every scored target gets 1.0, one wrong answer costs exactly 1/N, with N
+    counted by hand: minGPT tiny scores the sorted half of each sequence (6 of 11 targets, the
+    prefix's are -1), so 4 sequences give 24; the classifiers score each of the 4 items."""
+    family, cfg, model = build(name)
+    batch = family.make_batch(cfg, 4, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        n_classes = model(batch["x"]).shape[-1]
+    y = batch["y"]
+    n = {"mingpt": 4 * 6}.get(name, 4)
+    assert int((y != -1).sum()) == n
+    assert family.evaluate(_Answers(y, n_classes), batch).item() == 1.0
+    wrong = y.clone()
+    first = tuple(int(i) for i in (y != -1).nonzero()[0])  # the first scored target
+    wrong[first] = (y[first] + 1) % n_classes
+    assert family.evaluate(_Answers(wrong, n_classes), batch).item() == pytest.approx((n - 1) / n)
+
+
 def test_batches_have_fixed_shapes():
     gen = torch.Generator().manual_seed(0)
     gpt, gpt_cfg = get_model("mingpt"), get_model("mingpt").config("tiny")

@@ -64,9 +64,10 @@ def test_all_modes_give_the_same_losses(all_modes):
     for mode in LOCAL_MODES:
         losses = steps[steps["mode"] == mode].sort_values("step")["loss"].to_numpy()
         if mode == "eager":
-            # torch_xla 2.9's eager mode takes a different optimizer update now and then when the
-            # machine is busy (scripts/repro_eager_drift.py: 2 of 10 runs, up to 20% at step 1;
-            # every run matches on an idle machine), so only its forward pass is compared.
+            # torch_xla 2.9's eager mode computes an op wrong now and then when the machine is
+            # busy (a weight's gradient, or a forward pass), with no workbench code involved:
+            # scripts/repro_eager_drift_bare.py, 4 of 24 busy runs, 0 of 12 idle. So only its
+            # step 0 is compared, and that the loss fell.
             assert losses[0] == pytest.approx(reference[0], rel=2e-3), losses
             assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
             continue
@@ -79,8 +80,11 @@ def test_summary_has_throughput_and_mfu(all_modes):
     summary = all_modes.summary
     assert (summary["items_per_s"] > 0).all()
     assert (summary["item_unit"] == "tokens").all()
-    assert ((summary["mfu"] > 0) & (summary["mfu"] < 1)).all()
-    assert summary["peak_source"].str.contains("measured").all()
+    assert ((summary["mfu"] > 0) & (summary["mfu"] <= 1)).all(), summary["mfu"].tolist()
+    assert summary["peak_source"].str.contains("measured at|this run's own FLOP/s").all()
+    # achieved / peak, from the columns themselves: MFU is what it claims to be
+    ratio = summary["achieved_tflops"] / summary["peak_tflops"]
+    assert np.allclose(ratio, summary["mfu"])
 
 
 def test_shape_change_is_reported_as_a_recompile_with_its_cause(results):

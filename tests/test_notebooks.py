@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import shutil
 import threading
 
+import pandas as pd
 import pytest
 from conftest import NOTEBOOKS, ROOT
 
@@ -54,6 +56,90 @@ def test_exported_problems_finds_errors():
             '"outputs": [{"type": "error", "ename": "ZeroDivisionError", "evalue": "x"}], '
             '"console": []}]}})</script>')
     assert docs.exported_problems(page) == ["cell a: ZeroDivisionError: x"]
+
+
+def _page(outputs: dict[str, str]) -> str:
+    """A page shaped like ``marimo export html``'s, one cell per {id: text/html output}."""
+    cells = [{"id": cid, "outputs": [{"type": "data", "data": {"text/html": out}}],
+              "console": []} for cid, out in outputs.items()]
+    config = json.dumps({"session": {"cells": cells}})
+    return f'<script>"__MARIMO_MOUNT_CONFIG__": Object.freeze({config})</script>'
+
+
+def test_exported_problems_finds_failed_runs():
+    import marimo as mo
+
+    from tpu_workbench import WorkerCrashed, notebook
+
+    failed = notebook.failed_run_callout("mlp/tiny/lazy", WorkerCrashed("worker died <signal 9>"))
+    page = _page({
+        "ok": mo.vstack([mo.md("**fine**"), mo.callout(mo.md("all good"), kind="success")]).text,
+        "a": failed.text,                                        # on its own
+        "b": mo.vstack([mo.md("summary"), mo.hstack([failed])]).text,   # nested twice
+    })
+    assert docs.exported_problems(page) == [
+        "cell a: run failed: mlp/tiny/lazy: WorkerCrashed: worker died <signal 9>",
+        "cell b: run failed: mlp/tiny/lazy: WorkerCrashed: worker died <signal 9>",
+    ]
+
+
+def test_an_empty_summary_is_a_failed_run():
+    from tpu_workbench import Comparison, notebook
+
+    shown = notebook.run_failures(Comparison(), pd.DataFrame())
+    assert len(shown) == 1 and notebook.RUN_FAILED in json.dumps(shown[0].text)
+    assert docs.exported_problems(_page({"s": shown[0].text})) == [
+        "cell s: run failed: summary: no summary rows from 0 finished run(s)"]
+    assert notebook.run_failures(Comparison(), pd.DataFrame({"mode": ["lazy"]})) == []
+
+
+def test_index_summaries_are_rendered_prose():
+    summary = docs.app_summary(ROOT / "notebooks" / "quickstart.py")
+    assert summary.startswith("PyTorch reaches a TPU through <strong>XLA</strong>")
+    assert '"""' not in summary and "return" not in summary and "**" not in summary
+    for nb in NOTEBOOKS:
+        text = docs.app_summary(nb)
+        assert text and '"""' not in text and "return" not in text and "**" not in text, nb
+
+
+def test_step_axes_tick_whole_steps():
+    from tpu_workbench import charts
+
+    steps = pd.DataFrame({"step": [0, 1, 2], "wall_ms": [9.0, 1.0, 1.1], "loss": [3, 2, 1.0],
+                          "mode": "lazy"})
+    compiles = pd.DataFrame({"mode": ["lazy"], "step": [0], "explanation": ["first"],
+                             "cause": ["new graph"], "frame": ["train.py:1"]})
+    for chart in (charts.step_times(steps), charts.loss_curves(steps),
+                  charts.recompile_timeline(compiles, 3)):
+        axis = chart.to_dict()["encoding"]["x"]["axis"]
+        assert axis["tickMinStep"] == 1 and axis["format"] == "d"
+
+
+def test_memory_bars_say_which_parts_are_derived():
+    from tpu_workbench import charts
+
+    memory = pd.DataFrame({"device": [0, 1], "device_name": ["d0", "d1"],
+                           "params_bytes": [100, 100], "grads_bytes": [100, 100],
+                           "optimizer_bytes": [200, 200], "inputs_bytes": [8, 8]})
+    spec = json.dumps(charts.memory_bars(memory).to_dict())
+    assert "grads (derived: = params)" in spec and "optimizer (derived: 2 x params)" in spec
+    assert "not measured" in spec
+
+
+def test_display_helpers():
+    from tpu_workbench import notebook
+
+    frame = notebook.rounded(pd.DataFrame({"ms": [889.5176730000003, 0.000123456, float("nan")],
+                                           "n": [1, 2, 3], "s": ["a", "b", "c"]}))
+    assert frame["ms"].iloc[0] == 889.52 and frame["ms"].iloc[1] == 0.000123
+    assert frame["n"].tolist() == [1, 2, 3] and frame["ms"].isna().iloc[2]
+    assert [notebook.format_us(v) for v in (0, 0.42, 12.3, 4560, 1.2e6)] == [
+        "0 µs", "0.42 µs", "12.3 µs", "4.56 ms", "1.2 s"]
+    assert notebook.xla_flops_text({"xla_flops": 2.5e9}) == "counts **2.500 GFLOP**"
+    failed = notebook.xla_flops_text({"xla_flops": None, "cost_error": "no jaxlib"})
+    assert "failed" in failed and "no jaxlib" in failed and "0.000" not in failed
+    assert notebook.host_peak_text({"measured_at": "2026-01-02T03:04:05"}) == \
+        "fp32 matmul, measured at 2026-01-02 03:04:05"
 
 
 @pytest.mark.browser

@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import threading
+import types
 
 import pytest
 
 import tpu_workbench as wb
+from tpu_workbench import runner
 from tpu_workbench.runner import WorkerPool
 
 MLP = wb.ExperimentSpec(model="mlp", mode="lazy", steps=5)
@@ -47,13 +49,19 @@ def test_import_does_not_load_torch_xla():
 
 
 def test_run_streams_records_before_the_end(pool, results):
-    run = wb.submit(LONG.replace(steps=400), pool=pool)
+    """Records arrive while the run goes on: after 3 streamed steps the test cancels, and a
+    cancel only stops a run that is still going (a finished one returns its result). So a run
+    that raises RunCancelled with fewer steps than asked streamed those 3 before its end,
+    however fast or slow the machine is."""
+    run = wb.submit(LONG, pool=pool)
     first = _wait_for_steps(run, 3)
-    assert not run.done, "records must arrive while the run is still going"
     assert [r["step"] for r in first] == [0, 1, 2]
     run.cancel()
-    with pytest.raises(wb.RunCancelled):
+    with pytest.raises(wb.RunCancelled) as info:
         run.result()
+    assert run.state == "cancelled"
+    steps = [r["step"] for r in info.value.records if r.get("kind") == "step"]
+    assert steps == list(range(len(steps))) and 3 <= len(steps) < LONG.steps
 
 
 def test_run_result_and_artifacts(pool, results):
@@ -62,7 +70,8 @@ def test_run_result_and_artifacts(pool, results):
     assert list(steps["step"]) == [0, 1, 2, 3, 4]
     assert steps["wall_ms"].gt(0).all()
     assert steps["loss"].notna().all()
-    assert result.runtime["device_kind"] == "CPU"
+    # XLA:CPU: hardware type "CPU", PJRT device kind "cpu" (worker.runtime_info)
+    assert (result.runtime["device_hw"], result.runtime["device_kind"]) == ("CPU", "cpu")
     assert result.summary["n_params"] > 0 and result.summary["mode"] == "lazy"
     assert result.out_dir == results / result.run_id
     assert {"steps.csv", "spec.json", "summary.json"} <= set(result.artifacts)
@@ -107,13 +116,56 @@ def test_fatal_xla_flag_value_gives_clear_error(pool, results):
     assert wb.run(MLP, pool=pool).summary["steps"] == 5  # caller still usable
 
 
-def test_timeout_keeps_partial_records(pool, results):
-    wb.run(MLP, pool=pool)  # the worker is warm: steps stream at once
+class _Deadline:
+    """Stands in for the run's deadline timer (``threading.Timer`` in the runner): it expires
+    when the test says so, after records have streamed, not after a time that a busy machine
+    may need before its first step."""
+
+    def __init__(self, made: list[_Deadline], interval: float, function) -> None:
+        self.interval, self.function = interval, function
+        self.daemon = self.started = self.cancelled = False
+        made.append(self)
+
+    def start(self) -> None:
+        self.started = True
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def expire(self) -> None:
+        assert self.started and not self.cancelled
+        self.function()
+
+
+@pytest.fixture
+def deadlines(monkeypatch) -> list[_Deadline]:
+    """The runner's timers become `_Deadline`s (every other threading name stays as it is)."""
+    made: list[_Deadline] = []
+    shim = types.ModuleType("threading")
+    shim.__dict__.update(vars(threading))
+    shim.Timer = lambda interval, function: _Deadline(made, interval, function)
+    monkeypatch.setattr(runner, "threading", shim)
+    return made
+
+
+def test_timeout_keeps_partial_records(pool, results, deadlines):
+    wb.run(MLP, pool=pool)
+    before = len(deadlines)
     run = wb.submit(LONG, pool=pool, timeout=6)
-    with pytest.raises(wb.RunTimeout, match="did not finish within 6 s") as info:
+    assert len(deadlines) == before + 1
+    deadline = deadlines[-1]
+    assert deadline.interval == 6 and deadline.started  # the clock runs from the submit
+    streamed = _wait_for_steps(run, 3)
+    deadline.expire()  # 6 s have passed, as far as the run can tell: its worker is stopped
+    with pytest.raises(wb.RunTimeout, match=r"did not finish within 6 s; its worker was "
+                                            r"stopped \((\d+) steps streamed") as info:
         run.result()
-    assert len(info.value.records) > 0  # the worker started and streamed before the deadline
-    assert wb.run(MLP, pool=pool).summary["steps"] == 5
+    assert run.state == "timeout" and not run.worker.alive
+    steps = [r for r in info.value.records if r.get("kind") == "step"]
+    assert steps[:3] == streamed and 3 <= len(steps) < LONG.steps  # kept, in order
+    assert f"({len(steps)} steps streamed" in str(info.value)
+    assert (results / f"{run.run_id}-failed" / "steps.csv").exists()
+    assert wb.run(MLP, pool=pool).summary["steps"] == 5  # caller still usable: a fresh worker
 
 
 def test_cancel_keeps_worker_warm(pool, results):
@@ -195,7 +247,7 @@ def test_interrupted_iteration_cancels_the_run(pool, results, sigint_raises):
 def test_comparison_result_of_a_single_run(pool, results):
     comparison = wb.run_many([MLP], pool=pool)
     assert comparison.result().summary["steps"] == 5
-    failed = wb.run_many([LONG.replace(steps=3)], pool=pool, timeout=0.001)
+    failed = wb.run_many([LONG], pool=pool, timeout=0.001)  # cannot finish before its deadline
     with pytest.raises(wb.RunTimeout):
         failed.result()
     with pytest.raises(ValueError, match="needs exactly one run, this comparison has 2"):

@@ -111,10 +111,22 @@ def test_plain_workers_do_not_autoload_torch_tpu():
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD" not in wb.RuntimeConfig("xla", "cpu", 8).env()
 
 
-def test_status_is_described(no_chip):
-    info = backends.describe(measure_peak=False)
-    st = info["torch_tpu"]
-    assert st["available"] is False and "no TPU chip" in st["reason"] or not st["installed"]
+@pytest.mark.parametrize("installed", [True, False])
+def test_status_is_described(no_chip, monkeypatch, tmp_path, installed):
+    """Each of the two states without a chip, set up by the test, is described as such."""
+    monkeypatch.delenv(torchtpu.DRY_RUN_ENV, raising=False)
+    monkeypatch.setattr(torchtpu, "installed_here", lambda: installed)
+    monkeypatch.setattr(torchtpu, "version", lambda: torchtpu.SUPPORTED_VERSION)
+    monkeypatch.setattr(torchtpu, "ROOT", tmp_path)  # and no .venv-torchtpu
+    st = backends.describe(measure_peak=False)["torch_tpu"]
+    assert st["available"] is False and st["installed"] is installed
+    if installed:
+        assert st["reason"].startswith("no TPU chip found on the PCI bus (vendor 0x1ae0)")
+        assert st["version"] == torchtpu.SUPPORTED_VERSION == "0.2.0"
+    else:
+        assert "torch_tpu is not installed" in st["reason"] and "setup-torchtpu" in st["reason"]
+        assert st["version"] is None
+    assert "torch_eager" in st["fallback"]
     assert spec.MODES["tpu_compile"].description
 
 

@@ -130,7 +130,14 @@ def test_dtensor_layout_over_gloo_processes():
     assert fc.loc[0, "index_label"] != fc.loc[1, "index_label"]
     assert fc.loc[0, "shard_shape"][0] * 2 == fc.loc[0, "shape"][0]
     assert len(sharding.memory_per_device(records)) == 2
-    assert wb.charts.layout_grid(frame, "transformer.h.0.mlp.c_fc.weight", (1, 2)) is not None
+    grid = wb.charts.layout_grid(frame, "transformer.h.0.mlp.c_fc.weight", (1, 2)).to_dict()
+    cells = grid["layer"][0]["encoding"]
+    assert (cells["x"]["field"], cells["y"]["field"], cells["color"]["field"]) == \
+        ("col", "row", "index_label")
+    rows = sorted(grid["datasets"][grid["data"]["name"]], key=lambda r: r["device"])
+    # by hand: the [512, 128] weight split on rows over a model axis of 2, one row of devices
+    assert [(r["row"], r["col"], r["index_label"]) for r in rows] == \
+        [(0, 0, "0:256, :"), (0, 1, "256:512, :")]
 
 
 def test_quickstart_runs_in_smoke_mode_on_the_fallback(tmp_path, results, as_user):

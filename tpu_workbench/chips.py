@@ -1,15 +1,25 @@
-"""Peak figures of TPU chips, in one table with its source.
+"""Peak figures of TPU chips, in one table with its source, and the device-kind strings that
+name them.
 
 Source: Cloud TPU documentation (system architecture pages for v5e, v5p and v6e), as collected in
-the project's field notes (shared/notes/README.md, November 2026). The host CPU's peak is never
-taken from a table: it is measured (see :func:`tpu_workbench.backends.host_peak_flops`).
+the project's field notes (shared/notes/README.md, November 2026); per-link ICI bandwidths from
+jax-ml/scaling-book (sharding.md). The host CPU's peak is never taken from a table: it is
+measured (see :func:`tpu_workbench.backends.host_peak_flops`).
+
+ICI has one convention here: ``ici_link_gbps`` is the bandwidth of one link in one direction.
+A chip has ``ici_links`` links, each carrying that much both ways, so its total is
+``2 x ici_links x ici_link_gbps`` (:attr:`Chip.ici_total_gbps`). The published per-chip figures
+use mixed conventions: v5e 400 GB/s and v6e 800 GB/s count both directions of 4 links
+(4 x 2 x 50, 4 x 2 x 100), v5p's "4800 Gbps" = 600 GB/s counts one direction of 6 links
+(6 x 100).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-SOURCE = "Cloud TPU documentation, system architecture pages (v5e, v5p, v6e), checked 2026-11"
+SOURCE = ("Cloud TPU documentation, system architecture pages (v5e, v5p, v6e), checked 2026-11; "
+          "ICI per link: jax-ml/scaling-book")
 
 
 @dataclass(frozen=True)
@@ -20,7 +30,9 @@ class Chip:
     bf16_tflops: float  # peak dense bf16 TFLOP/s per chip
     hbm_gb: float  # HBM capacity per chip, GB
     hbm_gbps: float  # HBM bandwidth per chip, GB/s
-    ici_gbps: float  # inter-chip interconnect bandwidth per chip (bidirectional), GB/s
+    ici_link_gbps: float  # one ICI link, one direction, GB/s
+    ici_links: int  # ICI links per chip (4: 2D torus, 6: 3D torus)
+    wraparound_from: int  # a mesh axis this long or longer has a wrap-around link (a ring)
     chips_per_host: int
     max_pod_chips: int
     topology: str
@@ -30,27 +42,46 @@ class Chip:
         """Peak bf16 FLOP/s of one chip."""
         return self.bf16_tflops * 1e12
 
+    @property
+    def ici_total_gbps(self) -> float:
+        """All of a chip's ICI links, both directions, GB/s."""
+        return 2 * self.ici_links * self.ici_link_gbps
+
     def as_dict(self) -> dict:
-        return {**asdict(self), "source": SOURCE}
+        return {**asdict(self), "ici_total_gbps": self.ici_total_gbps, "source": SOURCE}
 
 
 CHIPS: dict[str, Chip] = {
-    "v5e": Chip("v5e", 197.0, 16.0, 819.0, 400.0, 8, 256, "2D torus"),
-    "v6e": Chip("v6e", 918.0, 32.0, 1638.0, 800.0, 8, 256, "2D torus"),
-    # v5p ICI is published as 4800 Gbps per chip = 600 GB/s.
-    "v5p": Chip("v5p", 459.0, 95.0, 2765.0, 600.0, 4, 8960, "3D torus"),
+    # v5e / v6e: slices shorter than 16 chips along an axis have no wrap-around link.
+    "v5e": Chip("v5e", 197.0, 16.0, 819.0, 50.0, 4, 16, 8, 256, "2D torus"),
+    "v6e": Chip("v6e", 918.0, 32.0, 1638.0, 100.0, 4, 16, 8, 256, "2D torus"),
+    # v5p: 3D torus; axes of 4 chips and more wrap around (cubes of 4x4x4 and larger slices).
+    "v5p": Chip("v5p", 459.0, 95.0, 2765.0, 100.0, 6, 4, 4, 8960, "3D torus"),
+}
+
+# Device-kind strings as the runtimes report them, and the chip each names:
+# - torch_xla 2.9 ``xm.xla_device_kind()`` returns PJRT's device kind, the same string as JAX's
+#   ``jax.Device.device_kind`` (jax 0.7.1's jax/_src/mesh_utils.py keys its device meshes on
+#   "TPU v5 lite" (v5e), "TPU v5p" and "TPU v6 lite" (v6e) and also names "TPU v5e"; earlier
+#   PJRT releases report v5p as "TPU v5");
+# - torch_tpu 0.2.0 ``torch.tpu.get_device_name()`` returns the name of its PCI table
+#   (torch_tpu/_internal/utils/hardware.py: "TPU v5e", "TPU v5p", "TPU v6e", "TPU v4", "TPU v7").
+DEVICE_KINDS: dict[str, str] = {
+    "TPU v5 lite": "v5e", "TPU v5e": "v5e",
+    "TPU v5": "v5p", "TPU v5p": "v5p",
+    "TPU v6 lite": "v6e", "TPU v6e": "v6e",
 }
 
 
 def get_chip(name: str) -> Chip:
-    """Look up a chip by name (``"v6e"``, ``"v5e"``, ``"v5p"``), case-insensitively."""
-    key = name.lower().replace("tpu", "").strip(" _-")
-    # Accept device-kind strings such as "TPU v6 lite" / "v5litepod".
-    aliases = {"v6 lite": "v6e", "v6lite": "v6e", "v5 lite": "v5e", "v5lite": "v5e",
-               "v5litepod": "v5e"}
-    key = aliases.get(key, key)
+    """Look up a chip by table name (``"v6e"``) or by a device-kind string a runtime reports
+    (``"TPU v6 lite"``, ``"TPU v5"``, ``"TPU v6e"``: see :data:`DEVICE_KINDS`)."""
+    text = " ".join(str(name).split())
+    by_kind = {k.lower(): v for k, v in DEVICE_KINDS.items()}
+    key = by_kind.get(text.lower(), text.lower())
     if key not in CHIPS:
-        raise ValueError(f"unknown TPU chip {name!r}; known chips: {', '.join(CHIPS)}")
+        raise ValueError(f"unknown TPU chip {name!r}; known chips: {', '.join(CHIPS)}; "
+                         f"known device kinds: {', '.join(DEVICE_KINDS)}")
     return CHIPS[key]
 
 

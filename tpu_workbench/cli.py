@@ -22,19 +22,24 @@ def _add_info(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--no-probe", action="store_true",
                         help="don't start an XLA worker to ask the runtime what it sees")
+    parser.add_argument("--refresh-peak", action="store_true",
+                        help="measure the host's CPU peak again (the cache keeps the best)")
     return cmd_info
 
 
-def info_dict(probe_runtime: bool = True) -> dict:
+def info_dict(probe_runtime: bool = True, refresh_peak: bool = False) -> dict:
     """Backend, device kind and count, chip figures, versions, and why no TPU was found."""
     from .runner import probe
+    from .timing import peak_flops
 
+    if refresh_peak:
+        backends.host_peak_flops(refresh=True)
     info = backends.describe(measure_peak=True)
     info["chips"] = {name: chip.as_dict() for name, chip in chips.CHIPS.items()}
     if probe_runtime and info["torch_xla_installed"]:
         seen = probe()
         info["runtime"] = seen
-        info["backend"] = f"XLA:{seen['device_kind']}"
+        info["backend"] = f"XLA:{seen['device_hw']}"
         info["device_kind"] = seen["device_kind"]
         info["device_count"] = seen["device_count"]
     elif probe_runtime and info["torch_tpu"]["available"] and info["torch_tpu_installed"]:
@@ -49,13 +54,10 @@ def info_dict(probe_runtime: bool = True) -> dict:
         info["backend"] = "torch:cuda" if info["cuda_devices"] else "torch:cpu"
         info["device_kind"] = "cuda" if info["cuda_devices"] else "cpu"
         info["device_count"] = max(info["cuda_devices"], 1)
-    if info["tpu"]["available"]:
-        info["peak_flops"] = chips.get_chip(str(info["device_kind"])).peak_flops \
-            if info["device_kind"] else None
-        info["peak_source"] = chips.SOURCE
-    else:
-        info["peak_flops"] = info["host_peak"]["peak_flops"]
-        info["peak_source"] = "measured: best fp32 1024x1024 matmul on this host"
+    # One chip's peak (the chip table, or TorchTPU's own figure) or the host's measured one.
+    info["peak_flops"], info["peak_source"] = peak_flops(info.get("runtime") or {
+        "runtime": "torch", "device": "cuda" if info["cuda_devices"] else "cpu"})
+    info["peak_method"] = None if info["tpu"]["available"] else info["host_peak"]["method"]
     info["why_no_tpu"] = None if info["tpu"]["available"] else info["tpu"]["reason"]
     return info
 
@@ -67,7 +69,7 @@ def _torchtpu_line(st: dict) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    info = info_dict(probe_runtime=not args.no_probe)
+    info = info_dict(probe_runtime=not args.no_probe, refresh_peak=args.refresh_peak)
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0
@@ -82,6 +84,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     rows.append(("TorchTPU", _torchtpu_line(info["torch_tpu"])))
     rows += [
         ("peak FLOP/s", f"{info['peak_flops'] / 1e9:,.1f} GFLOP/s ({info['peak_source']})"),
+        *([("measured how", info["peak_method"] + "; --refresh-peak measures again")]
+          if info["peak_method"] else []),
         ("CPU", f"{info['cpu']['model']} ({info['cpu']['cores']} cores)"),
         ("CUDA devices", str(info["cuda_devices"])),
     ]

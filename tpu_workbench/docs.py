@@ -2,10 +2,12 @@
 works with no internet.
 
 Each notebook is run and exported by ``marimo export html``; a page whose session data records an
-error (``export html`` exits 0 on some render failures, so its exit code is not enough) fails the
-build. By default the pages load marimo's frontend from a CDN; the site here copies marimo's own
-bundled assets next to the pages and points the pages at them instead, so the site opens offline
-(it must be served over HTTP: browsers block module scripts on ``file://``).
+error (``export html`` exits 0 on some render failures, so its exit code is not enough), or that
+shows a failed run (a ``tpu_workbench.notebook.failed_run_callout``: the notebooks catch a run's
+failure and show it instead of raising), fails the build. By default the pages load marimo's
+frontend from a CDN; the site here copies marimo's own bundled assets next to the pages and
+points the pages at them instead, so the site opens offline (it must be served over HTTP:
+browsers block module scripts on ``file://``).
 """
 
 from __future__ import annotations
@@ -38,14 +40,79 @@ def app_title(path: Path) -> str:
     return match.group(1) if match else path.stem
 
 
+def _markdown_strings(path: Path) -> list[str]:
+    """The text of every ``mo.md(...)`` call in a notebook, in source order (for an f-string,
+    its literal parts, with ``…`` where a value is filled in)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "md" and node.args):
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            found.append((arg.lineno, arg.value))
+        elif isinstance(arg, ast.JoinedStr):
+            found.append((arg.lineno, "".join(
+                v.value if isinstance(v, ast.Constant) else "…" for v in arg.values)))
+    return [text for _, text in sorted(found)]
+
+
 def app_summary(path: Path) -> str:
-    """The first paragraph of prose after the notebook's title, for the index page."""
-    match = re.search(r"^\s*# [^\n]+\n\n(.+?)\n\n", path.read_text(), re.S | re.M)
-    return " ".join(match.group(1).split()) if match else ""
+    """The first paragraph of prose after the ``# Title`` of the notebook's first markdown cell,
+    rendered from markdown to HTML (inline: no enclosing ``<p>``), for the index page."""
+    import textwrap
+
+    import markdown
+
+    for text in _markdown_strings(path):
+        lines = textwrap.dedent(text).strip("\n").splitlines()
+        if not lines or not lines[0].startswith("# "):
+            continue
+        paragraph: list[str] = []
+        for line in lines[1:]:
+            if line.strip():
+                paragraph.append(line.strip())
+            elif paragraph:
+                break
+        rendered = markdown.markdown(" ".join(paragraph)).strip()
+        return re.sub(r"^<p>(.*)</p>$", r"\1", rendered, flags=re.S)
+    return ""
+
+
+def _decoded(text: str) -> str:
+    """`text` with the layers of HTML-attribute and JSON escaping marimo wraps nested outputs
+    in (a callout inside a vstack...) undone."""
+    for _ in range(8):
+        new = html.unescape(text)
+        new = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), new)
+        new = new.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+        if new == text:
+            break
+        text = new
+    return text
+
+
+def failed_runs(data: object) -> list[str]:
+    """What follows each failed-run marker (``tpu_workbench.notebook.RUN_FAILED``, written by
+    ``failed_run_callout``) in a cell's output data, as plain text."""
+    from .notebook import RUN_FAILED
+
+    raw = json.dumps(data)
+    if RUN_FAILED not in raw:
+        return []
+    found = []
+    for chunk in _decoded(raw).split(RUN_FAILED)[1:]:
+        line = re.split(r"</p>|<pre|\n", chunk, maxsplit=1)[0]
+        line = re.sub(r"</?(?:strong|code|em|span|p|div)\b[^>]*>", "", line)
+        found.append(" ".join(line.split())[:500] or "(no message)")
+    return found
 
 
 def exported_problems(page: str) -> list[str]:
-    """Error outputs and tracebacks recorded in a page written by ``marimo export html``."""
+    """Error outputs and tracebacks recorded in a page written by ``marimo export html``, and
+    every failed run a notebook showed with ``tpu_workbench.notebook.failed_run_callout``."""
     start = page.index('"__MARIMO_MOUNT_CONFIG__"')
     start = page.index("Object.freeze(", start) + len("Object.freeze(")
     config, _ = json.JSONDecoder().raw_decode(page[start:])
@@ -56,6 +123,8 @@ def exported_problems(page: str) -> list[str]:
                 problems.append(f"cell {cell['id']}: {out.get('ename')}: {out.get('evalue')}")
             elif "Your output is too large" in json.dumps(out.get("data", "")):
                 problems.append(f"cell {cell['id']}: output exceeded runtime.output_max_bytes")
+            problems += [f"cell {cell['id']}: run failed: {what}"
+                         for what in failed_runs(out.get("data", ""))]
         for con in cell.get("console", []):
             if con.get("mimetype") == "application/vnd.marimo+traceback":
                 problems.append(f"cell {cell['id']}: traceback in its console")
@@ -106,9 +175,10 @@ def make_offline(site: Path, pages: list[Path]) -> None:
 
 
 def write_index(site: Path, entries: list[tuple[Path, str, str]]) -> Path:
+    """The site's index: a link per page, with its summary (HTML, from :func:`app_summary`)."""
     items = "\n".join(
         f'  <li><a href="{html.escape(page.name)}">{html.escape(title)}</a>'
-        f"<p>{html.escape(summary)}</p></li>" for page, title, summary in entries)
+        f"<p>{summary}</p></li>" for page, title, summary in entries)
     index = site / "index.html"
     index.write_text(f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tpu-workbench notebooks</title>
@@ -178,5 +248,6 @@ def run(args: argparse.Namespace) -> int:
                          jobs=args.jobs)
     failed = [name for name, problems in results.items() if problems]
     print(f"{len(results) - len(failed)}/{len(results)} notebooks exported to {args.out} in "
-          f"{time.perf_counter() - t0:.0f} s; serve with `python -m http.server -d {args.out}`")
+          f"{time.perf_counter() - t0:.0f} s; serve with "
+          f"`python -m http.server --bind 127.0.0.1 -d {args.out}`")
     return 1 if failed else 0

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import html
+import math
 import os
 
 SMOKE_ENV = "TPU_WORKBENCH_SMOKE"
+# Begins every failed-run callout; `docs.exported_problems` reports each one it finds in an
+# exported page, so a notebook that shows a failed run fails the docs build and its test.
+RUN_FAILED = "tpu-workbench run failed:"
 
 
 def smoke_mode() -> bool:
@@ -56,3 +61,90 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None):
     if len(comparison.steps):
         mo.output.replace(chart(comparison.steps))
     return comparison
+
+
+def failed_run_callout(name: str, error: object):
+    """A danger callout for a run (or a check) that failed: `name`, then the error. Its text
+    begins with :data:`RUN_FAILED`, which :func:`tpu_workbench.docs.exported_problems` reports
+    as a problem, so a failed run never passes unnoticed in an exported notebook."""
+    import marimo as mo
+
+    text = str(error).strip()
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    first, _, rest = (text or "no error message").partition("\n")
+    body = (f"<p><strong>{RUN_FAILED}</strong> <code>{html.escape(name)}</code>: "
+            f"{html.escape(' '.join(first.split()))}</p>")
+    if rest.strip():
+        body += f"<pre>{html.escape(rest.strip())}</pre>"
+    return mo.callout(mo.Html(body), kind="danger")
+
+
+def run_failures(comparison, summary=None) -> list:
+    """A :func:`failed_run_callout` per failed run of `comparison` (a
+    :class:`~tpu_workbench.experiments.Comparison`), and one more when `summary` is given and
+    empty although nothing reported a failure: runs were expected, so no rows is a failure."""
+    shown = [failed_run_callout(name, err) for name, err in comparison.errors.items()]
+    if summary is not None and not len(summary) and not shown:
+        shown.append(failed_run_callout(
+            "summary", f"no summary rows from {len(comparison.results)} finished run(s)"))
+    return shown
+
+
+def _round_value(value, decimals: int, significant: int):
+    if value is None or value != value or value in (float("inf"), float("-inf")) or value == 0:
+        return value
+    if abs(value) >= 1:
+        return round(value, decimals)
+    return round(value, max(decimals, significant - 1 - math.floor(math.log10(abs(value)))))
+
+
+def rounded(frame, decimals: int = 2, significant: int = 3):
+    """A copy of DataFrame `frame` with its float columns rounded for display: `decimals`
+    places where a value is at least 1 in magnitude (889.5176730000003 -> 889.52), `significant`
+    digits below (0.00012345 -> 0.000123). Other columns are left as they are."""
+    import pandas as pd
+
+    out = frame.copy()
+    for i in range(out.shape[1]):
+        column = out.iloc[:, i]
+        if pd.api.types.is_float_dtype(column):
+            out.isetitem(i, column.map(
+                lambda v: v if pd.isna(v) else _round_value(float(v), decimals, significant)))
+    return out
+
+
+def table(frame, **kwargs):
+    """``mo.ui.table`` of DataFrame `frame` with its floats :func:`rounded`; no row selection
+    unless `selection` is given. Every table the notebooks show goes through here."""
+    import marimo as mo
+
+    kwargs.setdefault("selection", None)
+    return mo.ui.table(rounded(frame), **kwargs)
+
+
+def format_us(us: float) -> str:
+    """A duration given in microseconds, in the unit its size calls for: ``0.42 µs``,
+    ``12.3 µs``, ``4.56 ms``, ``1.2 s`` (three significant digits)."""
+    if us != us:
+        return "? µs"
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if abs(us) >= scale * 0.9995:  # 999.96 µs reads 1 ms, not 1e+03 µs
+            return f"{us / scale:,.3g} {unit}"
+    return f"{us:.3g} µs"
+
+
+def xla_flops_text(summary: dict) -> str:
+    """XLA's own FLOP count of a module from :func:`tpu_workbench.hlo.summary`, as markdown:
+    the GFLOP figure, or that the cost analysis failed (and why) -- never a made-up 0."""
+    flops = summary.get("xla_flops")
+    if flops is None:
+        why = " ".join(str(summary.get("cost_error") or "no reason given").split())
+        return f"**failed**, so there is no count ({why[:300]})"
+    return f"counts **{flops / 1e9:,.3f} GFLOP**"
+
+
+def host_peak_text(peak: dict) -> str:
+    """When and how the host peak of :func:`tpu_workbench.host_peak_flops` was measured."""
+    when = str(peak.get("measured_at") or "").replace("T", " ")
+    return f"fp32 matmul, measured at {when}" if when else "fp32 matmul, measured"

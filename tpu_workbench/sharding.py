@@ -407,6 +407,9 @@ def validate(spec: ExperimentSpec) -> None:
     """
     from . import models
 
+    if spec.strategy is not None and not isinstance(spec.strategy, str):  # [..] is unhashable
+        raise SpecError(f"strategy must be None or one of {', '.join(STRATEGIES)} (a string), "
+                        f"got {spec.strategy!r}")
     strategy = strategy_name(spec)
     mesh = tuple(spec.mesh or ())
     if len(mesh) not in (1, 2):
@@ -422,11 +425,16 @@ def validate(spec: ExperimentSpec) -> None:
     if axes:
         k = math.prod(mesh[axis_names(mesh).index(a)] for a in axes)
         if batch_size % k:
-            where = " x ".join(axes)
+            # Say how many ways the batch is split and of how many devices: on mesh 3x3 the data
+            # axis is 3 of the 9 devices (each batch slice is copied over the model axis).
+            where = f"{' x '.join(axes)} {'axes' if len(axes) > 1 else 'axis'}"
+            n = math.prod(mesh)
+            of = f"all {n} devices" if k == n else f"{k} of the mesh's {n} devices"
             raise SpecError(
-                f"batch_size={batch_size} does not divide over the {where} axis of mesh "
-                f"{mesh_text(mesh)} ({k} devices, strategy {strategy!r}); batch sizes that "
-                f"would divide are multiples of {k}, e.g. {_nearest_multiples(batch_size, k)}")
+                f"batch_size={batch_size} does not divide over the {where} of mesh "
+                f"{mesh_text(mesh)}: strategy {strategy!r} splits the batch {k} ways (the "
+                f"{where}: {of}); batch sizes that would divide are multiples of {k}, e.g. "
+                f"{_nearest_multiples(batch_size, k)}")
     if strategy in ("tp", "dp_tp") and spec.model == "mingpt":
         m = mesh[1]
         widths = {"n_head": cfg.n_head, "n_embd": cfg.n_embd}
@@ -436,8 +444,8 @@ def validate(spec: ExperimentSpec) -> None:
                   if spec.num_devices % d == 0]
             meshes = ", ".join(f"{spec.num_devices // d}x{d}" for d in ok)
             raise SpecError(
-                f"strategy {strategy!r} splits minGPT's heads and widths over the model axis "
-                f"({m} devices on mesh {mesh_text(mesh)}), but "
+                f"strategy {strategy!r} splits minGPT's heads and widths {m} ways over the model "
+                f"axis of mesh {mesh_text(mesh)} ({m} of its {math.prod(mesh)} devices), but "
                 + ", ".join(f"{k}={v}" for k, v in bad.items())
                 + f" is not divisible by {m}; valid model axes divide both n_head and n_embd: "
                 + f"meshes {meshes}, or options whose n_head and n_embd divide by {m}")
@@ -780,19 +788,59 @@ def _step_file(hlo_dir: Path, suffix: str) -> Path | None:
     return max(pool, key=lambda p: p.stat().st_size)
 
 
-def collective_time_us(kind: str, nbytes: float, group_size: int, gbps: float) -> float:
-    """Ring-model time of one collective in microseconds at `gbps` GB/s (see collectives_frame)."""
-    n = max(int(group_size), 1)
-    if n == 1:
+ICI_HOP_US = 1.0  # latency of one ICI hop, µs (jax-ml/scaling-book: ~1 µs)
+
+
+def collective_time_us(kind: str, nbytes: float, axis_sizes: Sequence[int],
+                       chip: str | Any = "v6e") -> float:
+    """Estimated time in µs of one collective over the mesh axes of sizes `axis_sizes`.
+
+    Ring model (jax-ml/scaling-book, sharding.md), each logical mesh axis laid along one
+    physical axis of the slice, neighbours one link apart. V = `nbytes`, the whole buffer the
+    collective moves (the gathered result; a reduce-scatter's input), n = the devices in the
+    group, k = the axes it spans. Along one axis the bandwidth W is one link's: both
+    directions (2 x ``ici_link_gbps``) if the axis wraps around into a ring (v5e/v6e: axes of
+    16 chips or more; v5p: 4 or more), else one direction (a line has no wrap-around link).
+    Over k axes, k rings run at once: k x W. Latency: ``ICI_HOP_US`` per hop, floor(a/2) hops
+    along a ring of a chips, a-1 along a line.
+
+    - all-gather, reduce-scatter: (n-1)/n x V / (k W) + hops
+    - all-reduce (a reduce-scatter then an all-gather): 2 (n-1)/n x V / (k W) + 2 hops
+    - all-to-all: V / (4 k W) + hops
+    - collective-permute: V over one link, one direction, + 1 hop
+
+    Bandwidth and latency only: no overlap with compute, no contention with other traffic.
+    """
+    from .chips import get_chip
+
+    c = get_chip(chip) if isinstance(chip, str) else chip
+    sizes = [int(a) for a in axis_sizes if int(a) > 1]
+    if not sizes:
         return 0.0
-    bw = gbps * 1e9
+    link = c.ici_link_gbps * 1e9  # bytes/s, one link, one direction
+    if kind == "collective-permute":
+        return (nbytes / link) * 1e6 + ICI_HOP_US
+    n = math.prod(sizes)
+    ring = all(a >= c.wraparound_from for a in sizes)
+    bandwidth = (2 * link if ring else link) * len(sizes)
+    hops = sum(a // 2 if ring else a - 1 for a in sizes)
     if kind == "all-reduce":
-        factor = 2 * (n - 1) / n
-    elif kind in ("all-gather", "reduce-scatter", "all-to-all"):
-        factor = (n - 1) / n
-    else:  # collective-permute: each device sends its buffer once
-        factor = 1.0
-    return factor * nbytes / bw * 1e6
+        return 2 * (n - 1) / n * nbytes / bandwidth * 1e6 + 2 * hops * ICI_HOP_US
+    if kind == "all-to-all":
+        return nbytes / (4 * bandwidth) * 1e6 + hops * ICI_HOP_US
+    return (n - 1) / n * nbytes / bandwidth * 1e6 + hops * ICI_HOP_US
+
+
+def ici_assumptions(chip: str = "v6e") -> str:
+    """The assumptions under every ICI estimate, in one sentence for a notebook or the CLI."""
+    from .chips import get_chip
+
+    c = get_chip(chip)
+    return (f"Estimated, not measured: ring model on {c.name} ICI ({c.ici_link_gbps:g} GB/s per "
+            f"link and direction, {c.ici_links} links per chip), each mesh axis laid along one "
+            f"physical axis; axes shorter than {c.wraparound_from} chips have no wrap-around "
+            f"link (one direction, a-1 hops), {ICI_HOP_US:g} µs per hop; bandwidth and "
+            "latency only, no overlap with compute (jax-ml/scaling-book).")
 
 
 COLLECTIVE_COLUMNS = ["kind", "name", "shape", "bytes", "buffer_bytes", "replica_groups",
@@ -818,6 +866,20 @@ def _axis_of(groups: list[list[int]], mesh_shape: Sequence[int] | None) -> str:
     return "other"
 
 
+def _group_axes(groups: list[list[int]] | None, group_size: int,
+                mesh_shape: Sequence[int] | None) -> tuple[int, ...]:
+    """Sizes of the mesh axes one collective's groups span: (4,) along the model axis of a 2x4
+    mesh, (2, 4) over all of it; (group_size,) where the groups follow no mesh axes."""
+    if not mesh_shape:
+        return (group_size,)
+    if not groups:  # no replica groups: every device
+        return tuple(mesh_shape)
+    places = [_mesh_place(d, mesh_shape)[0] for d in groups[0]]
+    spanned = tuple(size for i, size in enumerate(mesh_shape)
+                    if len({p[i] for p in places}) > 1)
+    return spanned if math.prod(spanned) == group_size else (group_size,)
+
+
 def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = None,
                       mesh_shape: Sequence[int] | None = None) -> pd.DataFrame:
     """Collectives XLA inserted into the partitioned train step, with an ICI time estimate.
@@ -832,19 +894,15 @@ def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = Non
     axis the groups run along: ``data``, ``model``, ``all`` (every device), ``other`` (e.g.
     the pairs of a collective-permute)), ``estimated_us``, ``computation``, ``source_op``.
 
-    Cost model (bandwidth only: no latency, no overlap with compute), a ring over the group at
-    the chip's ICI bandwidth B (``tpu_workbench.chips``, GB/s per chip): all-reduce
-    ``2 (n-1)/n * buffer_bytes / B``; all-gather, reduce-scatter and all-to-all
-    ``(n-1)/n * buffer_bytes / B``; collective-permute ``buffer_bytes / B``. Real ICI splits
-    its bandwidth over links and directions and overlaps collectives with compute: read this as
-    an order of magnitude that is comparable between strategies.
+    ``estimated_us`` is :func:`collective_time_us` of ``buffer_bytes`` over the mesh axes the
+    groups span (the ring model; its assumptions in :func:`ici_assumptions`).
     """
     import pandas as pd
 
     from . import hlo
     from .chips import get_chip
 
-    gbps = get_chip(chip).ici_gbps
+    target = get_chip(chip)
     if hlo_text is None:
         hlo_dir = Path(result.out_dir) / "hlo" if getattr(result, "out_dir", None) else None
         step = _step_file(hlo_dir, "after_optimizations.txt") if hlo_dir else None
@@ -862,8 +920,10 @@ def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = Non
                                                  frame["bytes"] * n)
     frame["axis"] = [_axis_of(g, mesh_shape) if g else "all" for g in frame["replica_groups"]]
     frame["estimated_us"] = [
-        collective_time_us(k, b, int(s), gbps) if s == s and s is not None else float("nan")
-        for k, b, s in zip(frame["kind"], frame["buffer_bytes"], n, strict=True)]
+        collective_time_us(k, b, _group_axes(g, int(s), mesh_shape), target)
+        if s == s and s is not None else float("nan")
+        for k, b, s, g in zip(frame["kind"], frame["buffer_bytes"], n, frame["replica_groups"],
+                              strict=True)]
     return frame[COLLECTIVE_COLUMNS].reset_index(drop=True)
 
 
@@ -1093,6 +1153,7 @@ def run(args: argparse.Namespace) -> int:
                             "final_loss", "collectives", "collective_bytes",
                             "params_bytes_per_device", "xla_total_bytes"] if c in summary]
         print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+        print(f"collectives.csv estimated_us: {ici_assumptions(args.chip)}")
     for name, err in errors.items():
         print(f"FAILED {name}: {err}", file=sys.stderr)
     print(f"wrote {len(written)} files to {out}")

@@ -189,6 +189,18 @@ class ExperimentSpec:
     explain_compiles: bool | None = None
     persistent_cache: bool = False
 
+    def __post_init__(self) -> None:
+        # Forgiving spellings of the sequence fields: capture="hlo" means ("hlo",) (not the
+        # letters 'h', 'l', 'o'), xla_flags="--a --b" is split as XLA splits XLA_FLAGS, and
+        # lists (what JSON gives back) become tuples. Anything else is left for validate().
+        for name in ("capture", "xla_flags", "mesh"):
+            value = getattr(self, name)
+            if isinstance(value, str) and name != "mesh":
+                value = (value,) if name == "capture" else tuple(value.split())
+            elif isinstance(value, list):
+                value = tuple(value)
+            object.__setattr__(self, name, value)
+
     def replace(self, **changes: Any) -> ExperimentSpec:
         """A copy with some fields changed (validated again when run)."""
         return dataclasses.replace(self, **changes)
@@ -214,16 +226,16 @@ class ExperimentSpec:
         """Check every field; raise :class:`SpecError` naming the bad value. Returns self."""
         from . import models  # imports torch (not torch_xla)
 
+        _check_types(self)  # first: the checks below look values up in dicts and do arithmetic
         if self.mode not in MODES:
             raise SpecError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
         _check_runtime(self)
         family = models.get_model(self.model)  # raises SpecError for an unknown model
+        _check_option_types(family, self.preset, self.options)
         family.config(self.preset, **self.options)  # raises for a bad preset or option
         _positive_int("steps", self.steps)
         if self.batch_size is not None:
             _positive_int("batch_size", self.batch_size)
-        if not isinstance(self.seed, int):
-            raise SpecError(f"seed must be an int, got {self.seed!r}")
         if self.device not in DEVICES:
             raise SpecError(f"unknown device {self.device!r}; valid: {', '.join(DEVICES)}")
         _positive_int("num_devices", self.num_devices)
@@ -233,12 +245,14 @@ class ExperimentSpec:
         for c in self.capture:
             if c not in CAPTURES:
                 raise SpecError(f"unknown capture {c!r}; valid: {', '.join(CAPTURES)}")
-        if self.lr is not None and not (isinstance(self.lr, int | float) and self.lr > 0):
-            raise SpecError(f"lr must be a positive number, got {self.lr!r}")
+        if "hlo" in self.capture and MODES[self.mode].runtime == "torch":
+            raise SpecError(f"capture='hlo' needs an XLA mode (eager, lazy, compile, dynamo) or "
+                            f"TorchTPU's tpu_compile; mode {self.mode!r} runs on plain PyTorch, "
+                            "which compiles no HLO")
         if self.change is not None:
             if self.change not in CHANGES:
                 raise SpecError(f"unknown change {self.change!r}; valid: {', '.join(CHANGES)}")
-            if not isinstance(self.change_at, int) or not 0 < self.change_at < self.steps:
+            if not 0 < self.change_at < self.steps:
                 raise SpecError(f"change_at must be a step between 1 and steps-1={self.steps - 1}, "
                                 f"got {self.change_at!r}")
             if self.change == "seq_len" and family.sequence_dim is None:
@@ -255,9 +269,6 @@ class ExperimentSpec:
             if MODES[self.mode].runtime != "xla":
                 raise SpecError(f"mesh={self.mesh} needs an XLA mode (SPMD); mode {self.mode!r} "
                                 "runs on plain PyTorch")
-            if not self.mesh or any(not isinstance(n, int) or n <= 0 for n in self.mesh):
-                raise SpecError(f"mesh must be a tuple of positive ints like (2, 4), got "
-                                f"{self.mesh!r}")
             if math.prod(self.mesh) != self.num_devices:
                 raise SpecError(
                     f"mesh {'x'.join(map(str, self.mesh))} has {math.prod(self.mesh)} devices but "
@@ -273,6 +284,86 @@ class ExperimentSpec:
 
         validate_xla_flags(self.xla_flags)
         return self
+
+
+SEED_RANGE = (-(2**63), 2**64 - 2)  # torch.manual_seed's; the evaluation batch uses seed + 1
+_TEXT_FIELDS = {"model": "mingpt", "preset": "tiny", "mode": "compile", "device": "auto"}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_types(spec: ExperimentSpec) -> None:
+    """Every field has the type it must have (the values are checked after this)."""
+    for name, example in _TEXT_FIELDS.items():
+        value = getattr(spec, name)
+        if not isinstance(value, str):
+            raise SpecError(f"{name} must be a string like {example!r}, got {value!r}")
+    for name, valid in (("strategy", "dp, fsdp, tp, dp_tp"), ("change", ", ".join(CHANGES))):
+        value = getattr(spec, name)
+        if value is not None and not isinstance(value, str):
+            raise SpecError(f"{name} must be None or one of {valid} (a string), got {value!r}")
+    lo, hi = SEED_RANGE
+    if not _is_int(spec.seed) or not lo <= spec.seed <= hi:
+        raise SpecError(f"seed must be an int from -2**63 to 2**64 - 2 (torch.manual_seed's "
+                        f"range; the evaluation batch uses seed + 1), got {spec.seed!r}")
+    if not _is_int(spec.change_at):
+        raise SpecError(f"change_at must be an int (the step `change` starts at), got "
+                        f"{spec.change_at!r}")
+    lr = spec.lr
+    if lr is not None and not (isinstance(lr, int | float) and not isinstance(lr, bool)
+                               and math.isfinite(lr) and lr > 0):
+        raise SpecError(f"lr must be a positive finite number or None, got {lr!r}")
+    if not isinstance(spec.persistent_cache, bool):
+        raise SpecError(f"persistent_cache must be True or False, got {spec.persistent_cache!r}")
+    if spec.explain_compiles is not None and not isinstance(spec.explain_compiles, bool):
+        raise SpecError(f"explain_compiles must be True, False or None (auto), got "
+                        f"{spec.explain_compiles!r}")
+    for name, example in (("capture", "('hlo', 'profile')"),
+                          ("xla_flags", "('--xla_cpu_use_thunk_runtime=true',)")):
+        if not isinstance(getattr(spec, name), tuple):
+            raise SpecError(f"{name} must be a tuple of strings like {example}, got "
+                            f"{getattr(spec, name)!r}")
+    mesh = spec.mesh
+    if mesh is not None and (not isinstance(mesh, tuple) or not mesh
+                             or any(not _is_int(n) or n <= 0 for n in mesh)):
+        raise SpecError(f"mesh must be a tuple of positive ints like (2, 4), or None, got "
+                        f"{mesh!r}")
+    if not isinstance(spec.options, dict) or any(not isinstance(k, str) for k in spec.options):
+        raise SpecError(f"options must be a dict of model-config overrides with string keys, "
+                        f"e.g. {{'n_layer': 4}}, got {spec.options!r}")
+
+
+def _check_option_types(family: Any, preset: str, options: dict[str, Any]) -> None:
+    """Each option has the type of the preset's value it overrides (True is no int, "2" no
+    int, 2.0 no int); the family's own check_config then checks the values."""
+    base = family.presets.get(preset)
+    if base is None:
+        return  # family.config names the valid presets
+    for key, value in options.items():
+        default = getattr(base, key, None)
+        if default is None:
+            continue  # an unknown option: family.config lists the valid ones
+        if isinstance(default, bool):
+            ok, want = isinstance(value, bool), "True or False"
+        elif isinstance(default, int):
+            ok, want = _is_int(value), "an int"
+        elif isinstance(default, float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            ok, want = ok and math.isfinite(value), "a finite number"
+        elif isinstance(default, str):
+            ok, want = isinstance(value, str), "a string"
+        elif isinstance(default, tuple | list):
+            inner = type(default[0]) if default else int
+            ok = isinstance(value, tuple | list) and all(
+                _is_int(v) if inner is int else isinstance(v, inner) for v in value)
+            want = f"a tuple of {inner.__name__}s"
+        else:
+            continue
+        if not ok:
+            raise SpecError(f"{family.name} option {key} must be {want} (preset {preset!r} has "
+                            f"{default!r}), got {value!r}")
 
 
 def _check_runtime(spec: ExperimentSpec) -> None:

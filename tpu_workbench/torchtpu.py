@@ -317,9 +317,12 @@ def runtime_info() -> dict[str, Any]:
     if not torch.accelerator.is_available():
         raise RuntimeError(f"TorchTPU registered no 'tpu' device: {status().reason}")
     props = torch.tpu.get_device_properties()
-    info.update(device=DEVICE_TYPE, device_kind=torch.tpu.get_device_name(),
+    # TorchTPU's own peak per device (its hardware table; v7 exposes two devices per chip).
+    peak = lookup("torch_tpu._internal.utils.hardware.get_bf16_flops_per_device")()
+    info.update(device=DEVICE_TYPE, device_hw="TPU", device_kind=torch.tpu.get_device_name(),
                 device_count=torch.accelerator.device_count(),
-                hbm_bytes=getattr(props, "total_memory", None))
+                hbm_bytes=getattr(props, "total_memory", None),
+                peak_flops_per_device=float(peak) if peak else None)
     return info
 
 

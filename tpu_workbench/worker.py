@@ -96,12 +96,20 @@ def runtime_info() -> dict[str, Any]:
         if os.environ.get("XLA_USE_SPMD") == "1":
             xr.use_spmd()
         device = torch_xla.device()
+        try:
+            kind = xm.xla_device_kind(device)  # PJRT's kind: "TPU v6 lite", "cpu"
+        except RuntimeError:  # SPMD: the virtual device "SPMD:0" has no kind to ask for
+            from .backends import tpu_kind_on_pci
+
+            hw = xm.xla_device_hw(device)
+            kind = (tpu_kind_on_pci() or "TPU") if hw == "TPU" else hw.lower()
         info.update(
             runtime="xla",
             torch_xla=torch_xla.__version__,
             pjrt_device=xr.device_type(),
             device=str(device),
-            device_kind=xm.xla_device_hw(device),
+            device_hw=xm.xla_device_hw(device),  # "TPU" / "CPU": the hardware type
+            device_kind=kind,
             device_count=xr.global_runtime_device_count(),
             addressable_devices=xr.addressable_runtime_device_count(),
             spmd=xr.is_spmd(),

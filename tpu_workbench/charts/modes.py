@@ -12,6 +12,8 @@ import pandas as pd
 from ._common import require_columns
 
 MODE_COLORS = alt.Scale(scheme="tableau10")
+# Steps are whole numbers: no 0.2, 0.4... ticks when a run has few of them.
+STEP_AXIS = alt.Axis(tickMinStep=1, format="d")
 
 
 
@@ -30,7 +32,7 @@ def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.Chart:
     return (
         alt.Chart(steps)
         .mark_line(point=True)
-        .encode(x=alt.X("step:Q", title="step"), y=y,
+        .encode(x=alt.X("step:Q", title="step", axis=STEP_AXIS), y=y,
                 color=alt.Color("mode:N", scale=MODE_COLORS), tooltip=tooltip)
         .properties(title="step time per step (step 0 includes compilation)", width=520,
                     height=260)
@@ -43,7 +45,8 @@ def loss_curves(steps: pd.DataFrame) -> alt.Chart:
     return (
         alt.Chart(steps)
         .mark_line()
-        .encode(x="step:Q", y=alt.Y("loss:Q", title="training loss"),
+        .encode(x=alt.X("step:Q", title="step", axis=STEP_AXIS),
+                y=alt.Y("loss:Q", title="training loss"),
                 color=alt.Color("mode:N", scale=MODE_COLORS), tooltip=["mode", "step", "loss"])
         .properties(title="training loss (the same in every mode)", width=520, height=200)
     )
@@ -115,7 +118,8 @@ def recompile_timeline(compiles: pd.DataFrame, steps: int | None = None) -> alt.
     Columns: ``mode``, ``step``, ``explanation`` (and ``cause``, ``frame`` for tooltips).
     """
     require_columns(compiles, ["mode", "step", "explanation"], "recompile_timeline")
-    x = alt.X("step:Q", title="step", scale=alt.Scale(domain=[0, steps]) if steps else alt.Scale())
+    x = alt.X("step:Q", title="step", axis=STEP_AXIS,
+              scale=alt.Scale(domain=[0, steps]) if steps else alt.Scale())
     return (
         alt.Chart(compiles)
         .mark_tick(thickness=3, size=22)

@@ -16,6 +16,11 @@ from ._common import require_columns
 MB = 1e6
 PARTS = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
          "inputs_bytes": "inputs"}
+# Where each part comes from: params and inputs are the run's laid-out buffers; gradients and
+# optimizer state are derived from the parameters (see sharding.memory_per_device).
+SOURCES = {"params": "measured (layout of the run)", "grads": "derived: = params",
+           "optimizer": "derived: Adam moments, a multiple of params",
+           "inputs": "measured (layout of the run)"}
 
 
 
@@ -78,36 +83,54 @@ def memory_long(memory: pd.DataFrame) -> pd.DataFrame:
     long = wide.melt(id_vars=[*keys, "xla_total_mb"], value_vars=list(PARTS),
                      var_name="part", value_name="bytes")
     long["part"] = long["part"].map(PARTS)
+    long["source"] = long["part"].map(SOURCES)
     long["mb"] = long["bytes"] / MB
     return long
+
+
+def _part_labels(memory: pd.DataFrame) -> dict[str, str]:
+    """Legend labels: the derived parts say so (and the optimizer factor found in `memory`)."""
+    params = float(memory["params_bytes"].sum())
+    factor = float(memory["optimizer_bytes"].sum()) / params if params else float("nan")
+    times = f"{factor:g} x params" if factor == factor else "from params"
+    return {"params": "params", "inputs": "inputs", "grads": "grads (derived: = params)",
+            "optimizer": f"optimizer (derived: {times})"}
 
 
 def memory_bars(memory: pd.DataFrame) -> alt.Chart | alt.FacetChart:
     """Stacked bars per device: parameters, gradients, optimizer state and inputs (MB); a black
     tick marks XLA's own total for the compiled step where the run captured HLO. One panel per
-    ``strategy`` if that column is present.
+    ``strategy`` if that column is present. Gradients and optimizer state are derived from the
+    parameters by :func:`tpu_workbench.sharding.memory_per_device`, not measured: the legend,
+    subtitle and tooltips say so.
 
     Columns (of :func:`tpu_workbench.sharding.memory_per_device`): ``device``,
     ``device_name``, ``params_bytes``, ``grads_bytes``, ``optimizer_bytes``, ``inputs_bytes``
     (``xla_total_bytes``, ``strategy`` optional).
     """
     long = memory_long(memory)
+    labels = _part_labels(memory)
+    long["part"] = long["part"].map(labels)
     order = list(dict.fromkeys(long.sort_values("device")["device_name"]))
     x = alt.X("device_name:N", title="device", sort=order)
     bars = alt.Chart().mark_bar().encode(
         x=x, y=alt.Y("sum(mb):Q", title="MB per device"),
-        color=alt.Color("part:N", title="", sort=list(PARTS.values()),
-                        scale=alt.Scale(scheme="tableau10")),
+        color=alt.Color("part:N", title="", sort=[labels[p] for p in PARTS.values()],
+                        scale=alt.Scale(scheme="tableau10"),
+                        legend=alt.Legend(labelLimit=300)),
         order=alt.Order("part:N"),
-        tooltip=["device_name", "part", alt.Tooltip("mb:Q", format=",.3f")])
+        tooltip=["device_name", "part", "source", alt.Tooltip("mb:Q", format=",.3f")])
     layers = [bars]
     if long["xla_total_mb"].notna().any():
         layers.append(alt.Chart().mark_tick(color="black", thickness=2, size=18).encode(
             x=x, y=alt.Y("max(xla_total_mb):Q"),
             tooltip=[alt.Tooltip("max(xla_total_mb):Q", title="XLA total (MB)",
                                  format=",.3f")]))
-    title = "memory per device (black tick: XLA's total for the compiled step)" \
-        if len(layers) > 1 else "memory per device"
+    title = alt.TitleParams(
+        "memory per device (black tick: XLA's total for the compiled step)"
+        if len(layers) > 1 else "memory per device",
+        subtitle=["params and inputs: the run's buffers; grads and optimizer: derived from "
+                  "params, not measured"])
     chart = alt.layer(*layers, data=long)
     if "strategy" in long:
         return chart.properties(width=260, height=220).facet(
