@@ -103,8 +103,8 @@ def _():
 
 @app.cell
 def _():
-    change = mo.ui.dropdown({v: k for k, v in wb.spec.CHANGES.items()},
-                            value=wb.spec.CHANGES["batch_size"], label="change at step 3")
+    change = mo.ui.dropdown({v: k for k, v in wb.CHANGES.items()},
+                            value=wb.CHANGES["batch_size"], label="change at step 3")
     change
     return (change,)
 

@@ -71,7 +71,7 @@ def _(after, before):
 
 @app.cell
 def _(ops_after):
-    nb.table(wb.charts.fusion_table(ops_after), page_size=10, selection="multi",
+    nb.table(wb.hlo.fusion_table(ops_after), page_size=10, selection="multi",
              label="fusions XLA created (kernels it will run)")
     return
 

@@ -119,6 +119,7 @@ def main(argv: list[str]) -> int:
         os.execv(args[0], args)
     ensure_chromium()
     _run([str(bin_dir / "ruff"), "check", "."])
+    _run([str(bin_dir / "lint-imports")])  # imports run only downhill (pyproject.toml)
     _run([str(bin_dir / "marimo"), "check", "--strict", *sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.py"))])
     # --durations: the slowest tests in every CI log, to keep the suite under its time budget.

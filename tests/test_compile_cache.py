@@ -100,7 +100,7 @@ def test_changes_that_invalidate_a_graph_each_compile_at_their_step(results):
         assert steps.loc[1, "compiles"] >= 1, change
         assert steps.loc[2, "compiles"] == 0, change  # the new graph is cached from then on
         events = wb.compile_events([result])
-        assert list(events[events["step"] == 1]["trigger"]) == [wb.spec.CHANGES[change]]
+        assert list(events[events["step"] == 1]["trigger"]) == [wb.CHANGES[change]]
 
 
 def test_cache_options_are_validated_before_anything_runs():

@@ -18,6 +18,7 @@ import pytest
 import tpu_workbench as wb
 from tpu_workbench import hlo
 from tpu_workbench.charts import hlo as hlo_charts
+from tpu_workbench.cli import hlo as hlo_cli
 from tpu_workbench.errors import SpecError, WorkbenchError
 
 DATA = Path(__file__).parent / "data"
@@ -198,7 +199,7 @@ def test_charts_from_frames():
     entry = hlo_charts.op_mix(df, top=2, scope="entry").to_dict()
     assert {r["opcode"]: r["count"] for r in entry["datasets"][entry["data"]["name"]]} == \
         {"parameter": 4, "fusion": 3}
-    table = hlo_charts.fusion_table(df).set_index("name")
+    table = hlo.fusion_table(df).set_index("name")
     assert "dot 1" in table.loc["fdot", "fused_ops"]
     cost = hlo.per_op_cost(SYNTH, method="estimate")
     assert set(cost["method"]) == {"estimate"}
@@ -294,7 +295,7 @@ open(sys.argv[1], "w").write(torch_xla._XLAC._get_xla_tensors_hlo([out]))  # bef
 
 def _args(tmp_path: Path, **kw) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    hlo.add_arguments(parser)
+    hlo_cli.add_arguments(parser)
     argv = ["--out", str(kw.pop("out", tmp_path / "out"))]
     for key, value in kw.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
@@ -339,7 +340,7 @@ def xla_runs(tmp_path_factory):
                                      mesh=(2, 4), strategy="dp_tp", capture=("hlo",))
             runs["sharded"] = _Background(lambda: wb.run(spec))
         runs["lazy_out"] = base / "lazy_cli"
-        runs["lazy_rc"] = hlo.run(_args(base, out=runs["lazy_out"], model="mlp", mode="lazy",
+        runs["lazy_rc"] = hlo_cli.hlo(_args(base, out=runs["lazy_out"], model="mlp", mode="lazy",
                                         steps=2))
         runs["dynamo"] = wb.run(wb.ExperimentSpec(model="mlp", preset="tiny", mode="dynamo",
                                                   steps=2, capture=("hlo",)))
@@ -423,7 +424,7 @@ def test_lazy_vs_dynamo_diff_reports_split_step(xla_runs):
 ])
 def test_cli_bad_input_fails_before_running(tmp_path, results, kw, match):
     with pytest.raises(SpecError, match=match):
-        hlo.run(_args(tmp_path, **kw))
+        hlo_cli.hlo(_args(tmp_path, **kw))
     assert not results.exists()  # no worker ran
 
 
@@ -432,15 +433,15 @@ def test_cli_unwritable_output_folder(tmp_path, results):
     blocker.write_text("")
     target = blocker / "out"
     with pytest.raises(SpecError, match="not writable") as info:
-        hlo.run(_args(tmp_path, out=target, model="mlp", mode="lazy"))
+        hlo_cli.hlo(_args(tmp_path, out=target, model="mlp", mode="lazy"))
     assert str(target) in str(info.value)
     assert not results.exists()
 
 
 def test_parse_mesh():
-    assert hlo.parse_mesh("2x4") == (2, 4)
-    assert hlo.parse_mesh("8") == (8,)
-    assert hlo.parse_mesh(None) is None
+    assert hlo_cli.parse_mesh("2x4") == (2, 4)
+    assert hlo_cli.parse_mesh("8") == (8,)
+    assert hlo_cli.parse_mesh(None) is None
     for bad in ("2x", "x4", "0x8", "two"):
         with pytest.raises(SpecError, match="mesh"):
-            hlo.parse_mesh(bad)
+            hlo_cli.parse_mesh(bad)

@@ -11,6 +11,7 @@ import pytest
 
 import tpu_workbench as wb
 from tpu_workbench import profiling
+from tpu_workbench.cli import profile as profile_cli
 
 
 @pytest.fixture(scope="module")
@@ -135,11 +136,11 @@ def _args(tmp_path, **kw):
 
 def test_zero_steps_and_unwritable_folder_are_clear_errors(tmp_path):
     with pytest.raises(wb.SpecError, match="--steps must be a positive number.*got 0"):
-        profiling.run(_args(tmp_path, steps=0))
+        profile_cli.profile(_args(tmp_path, steps=0))
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(wb.SpecError, match="is not writable"):
-        profiling.run(_args(tmp_path, out=blocker / "sub"))
+        profile_cli.profile(_args(tmp_path, out=blocker / "sub"))
 
 
 def test_interrupted_capture_is_not_read_as_a_profile(results):
@@ -158,7 +159,7 @@ def test_interrupted_capture_is_not_read_as_a_profile(results):
 
 
 def test_cli_writes_tables_and_says_how_to_open(tmp_path, capsys, results):
-    assert profiling.run(_args(tmp_path)) == 0
+    assert profile_cli.profile(_args(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "Perfetto" in out and "xprof --logdir" in out
     steps = pd.read_csv(tmp_path / "o" / "steps.csv")

@@ -16,6 +16,7 @@ import pytest
 import tpu_workbench as wb
 from tpu_workbench import sharding as sh
 from tpu_workbench.charts import sharding as charts
+from tpu_workbench.cli import shard as shard_cli
 from tpu_workbench.runner import WorkerPool
 
 MESH = (2, 4)
@@ -299,11 +300,11 @@ def test_predicted_layout_of_a_ragged_split():
 
 
 def test_param_plan_without_running():
-    plan = sh.plan(_spec("tp"))
+    plan = sh.plan("mingpt", "tiny", MESH, "tp")
     row = plan.set_index("tensor").loc["transformer.h.0.attn.c_attn.weight"]
     assert row["partition"] == "('model', None)" and row["pieces"] == 4
     assert "lm_head.weight" not in set(plan["tensor"])  # tied to transformer.wte.weight
-    fsdp = sh.plan(_spec("fsdp")).set_index("tensor")
+    fsdp = sh.plan("mingpt", "tiny", MESH, "fsdp").set_index("tensor")
     assert fsdp.loc["transformer.wte.weight", "partition"] == "(None, ('data', 'model'))"
 
 
@@ -356,16 +357,16 @@ ENTRY %main.1 (p: f32[16,64]) -> f32[16,64] {
 
 def test_cli_rejects_bad_input_before_running(tmp_path):
     parser = argparse.ArgumentParser()
-    sh.add_arguments(parser)
+    shard_cli.add_arguments(parser)
     with pytest.raises(wb.SpecError, match=r"mesh '2by4' is not a mesh shape"):
-        sh.run(parser.parse_args(["--mesh", "2by4", "--out", str(tmp_path)]))
+        shard_cli.shard(parser.parse_args(["--mesh", "2by4", "--out", str(tmp_path)]))
     with pytest.raises(wb.SpecError, match=r"unknown strategy 'ddp'"):
-        sh.run(parser.parse_args(["--strategy", "dp,ddp", "--out", str(tmp_path)]))
+        shard_cli.shard(parser.parse_args(["--strategy", "dp,ddp", "--out", str(tmp_path)]))
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(wb.SpecError, match="not writable"):
-        sh.run(parser.parse_args(["--out", str(blocker / "sub")]))
-    specs = sh.specs_from_args(parser.parse_args(["--strategy", "all", "--mesh", "v6e-8",
+        shard_cli.shard(parser.parse_args(["--out", str(blocker / "sub")]))
+    specs = shard_cli.specs_from_args(parser.parse_args(["--strategy", "all", "--mesh", "v6e-8",
                                                   "--out", str(tmp_path)]))
     assert [s.strategy for s in specs] == ["dp", "fsdp", "tp", "dp_tp"]
     assert all(s.num_devices == math.prod(s.mesh) == 8 and s.capture == ("hlo",) for s in specs)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import tpu_workbench as wb
-from tpu_workbench import backends, spec, torchtpu
+from tpu_workbench import backends, environment, spec, torchtpu
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_status_is_described(no_chip, monkeypatch, tmp_path, installed):
     monkeypatch.setattr(torchtpu, "installed_here", lambda: installed)
     monkeypatch.setattr(torchtpu, "version", lambda: torchtpu.SUPPORTED_VERSION)
     monkeypatch.setattr(torchtpu, "ROOT", tmp_path)  # and no .venv-torchtpu
-    st = backends.describe(measure_peak=False)["torch_tpu"]
+    st = environment.describe(measure_peak=False)["torch_tpu"]
     assert st["available"] is False and st["installed"] is installed
     if installed:
         assert st["reason"].startswith("no TPU chip found on the PCI bus (vendor 0x1ae0)")

@@ -15,6 +15,7 @@ from conftest import ROOT
 
 import tpu_workbench as wb
 from tpu_workbench import cli, docs, dtensor_sharding, sharding, torchtpu
+from tpu_workbench.cli import info as cli_info
 
 
 def test_environment_is_torchtpu_without_torch_xla():
@@ -42,7 +43,7 @@ def test_info_says_installed_no_chip_and_the_fallback(capsys):
     assert "fall back to plain PyTorch on CPU" in line
     runs_instead = next(ln for ln in out.splitlines() if "runs instead" in ln)
     assert "plain PyTorch on CPU" in runs_instead and "XLA" not in runs_instead
-    info = cli.info_dict(probe_runtime=True)  # no torch_xla: no XLA worker is started
+    info = cli_info.info_dict(probe_runtime=True)  # no torch_xla: no XLA worker is started
     assert info["backend"] == "torch:cpu" and info["torch_tpu"]["installed"]
     assert info["default_backend"] == "torch:cpu"
 

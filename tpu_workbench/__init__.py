@@ -1,49 +1,69 @@
 """tpu_workbench: learn, measure and debug PyTorch on TPUs (torch_xla on XLA:CPU or a TPU).
 
-Importing this package is cheap and never imports torch_xla: XLA runs only in worker processes
-(see :mod:`tpu_workbench.runner`).
+Importing this package is cheap: it imports neither torch, torch_xla, pandas nor altair. Each
+public name below loads its module on first use (PEP 562), and XLA itself runs only in worker
+processes (see :mod:`tpu_workbench.runner`).
 """
 
 from __future__ import annotations
 
-from . import charts, compile_cache, hlo, profiling, sharding, torchtpu
-from .backends import describe, host_peak_flops, tpu_status, versions
-from .chips import CHIPS, Chip, chip_table, get_chip
-from .compile_cache import CacheStudy, PersistentCheck, cache_study, persistent_cache_check
-from .errors import (
-    RunCancelled,
-    RunFailed,
-    RunTimeout,
-    SpecError,
-    WorkbenchError,
-    WorkerCrashed,
-    WorkerError,
-)
-from .experiments import Comparison, label, run_many
-from .models import load_trained, model_names
-from .notebook import image_grid, run_live, smoke_mode
-from .runner import RunResult, WorkerPool, default_pool, probe, records_frame, run, submit
-from .spec import (
-    MODES,
-    ExperimentSpec,
-    RuntimeConfig,
-    available_modes,
-    default_modes,
-    runtime_config,
-)
-from .timing import compile_events, summarize, summarize_results
-from .xla_flags import validate_xla_flags
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "available_modes", "default_modes", "torchtpu",
-    "cache_study", "CacheStudy", "compile_cache", "PersistentCheck", "persistent_cache_check",
-    "CHIPS", "MODES", "charts", "Chip", "chip_table", "Comparison", "compile_events",
-    "default_pool", "describe", "ExperimentSpec", "get_chip", "hlo", "host_peak_flops",
-    "image_grid", "label", "load_trained", "model_names", "probe", "profiling",
-    "records_frame", "run", "run_live", "run_many", "RunCancelled", "RunFailed", "RunResult",
-    "runtime_config", "RuntimeConfig", "RunTimeout", "sharding", "smoke_mode", "SpecError",
-    "submit", "summarize", "summarize_results", "tpu_status", "validate_xla_flags", "versions",
-    "WorkbenchError", "WorkerCrashed", "WorkerError", "WorkerPool",
-]
+# public name -> (module, attribute); attribute None: the module itself
+_PUBLIC: dict[str, tuple[str, str | None]] = {
+    # what runs here
+    "describe": ("environment", "describe"),
+    "host_peak_flops": ("backends", "host_peak_flops"),
+    "tpu_status": ("backends", "tpu_status"),
+    "versions": ("backends", "versions"),
+    "CHIPS": ("chips", "CHIPS"), "Chip": ("chips", "Chip"),
+    "chip_table": ("chips", "chip_table"), "get_chip": ("chips", "get_chip"),
+    # what to run
+    "ExperimentSpec": ("spec", "ExperimentSpec"), "MODES": ("spec", "MODES"),
+    "CHANGES": ("spec", "CHANGES"), "CAPTURES": ("spec", "CAPTURES"),
+    "RuntimeConfig": ("spec", "RuntimeConfig"), "available_modes": ("spec", "available_modes"),
+    "default_modes": ("spec", "default_modes"), "runtime_config": ("spec", "runtime_config"),
+    "validate_xla_flags": ("xla_flags", "validate_xla_flags"),
+    "model_names": ("models", "model_names"), "load_trained": ("models", "load_trained"),
+    # running it
+    "run": ("runner", "run"), "submit": ("runner", "submit"), "probe": ("runner", "probe"),
+    "RunResult": ("runner", "RunResult"), "WorkerPool": ("runner", "WorkerPool"),
+    "default_pool": ("runner", "default_pool"),
+    "run_many": ("experiments", "run_many"), "Comparison": ("experiments", "Comparison"),
+    "cache_study": ("compile_cache", "cache_study"), "CacheStudy": ("compile_cache", "CacheStudy"),
+    "persistent_cache_check": ("compile_cache", "persistent_cache_check"),
+    "PersistentCheck": ("compile_cache", "PersistentCheck"),
+    # what came back
+    "label": ("records", "label"), "records_frame": ("records", "records_frame"),
+    "summarize": ("timing", "summarize"), "summarize_results": ("timing", "summarize_results"),
+    "compile_events": ("timing", "compile_events"),
+    # notebooks
+    "run_live": ("notebook", "run_live"), "smoke_mode": ("notebook", "smoke_mode"),
+    "image_grid": ("notebook", "image_grid"),
+    # errors
+    **{name: ("errors", name) for name in (
+        "WorkbenchError", "SpecError", "WorkerError", "WorkerCrashed", "RunFailed",
+        "RunTimeout", "RunCancelled")},
+    # analysis modules
+    **{name: (name, None) for name in (
+        "charts", "compile_cache", "hlo", "profiling", "sharding", "torchtpu")},
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'tpu_workbench' has no attribute {name!r}")
+    module, attr = _PUBLIC[name]
+    mod = importlib.import_module(f"{__name__}.{module}")
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

@@ -1,6 +1,8 @@
 """What can run here: TPU (torch_xla or TorchTPU), XLA:CPU, plain PyTorch; and the host's peak.
 
-Everything in this module is safe to call in the notebook's own process: it never imports
+The probes of this module sit under :mod:`tpu_workbench.torchtpu` and
+:mod:`tpu_workbench.environment` (which puts them together in ``describe()``). Everything in this
+module is safe to call in the notebook's own process: it never imports
 torch_xla or torch_tpu (those are imported only inside worker processes, see
 :mod:`tpu_workbench.worker`). Facts that need the runtime itself (the device count PJRT really
 sees) come from :func:`tpu_workbench.runner.probe`.
@@ -14,7 +16,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .paths import cache_dir
@@ -258,28 +260,3 @@ def host_peak_flops(refresh: bool = False) -> dict:
     tmp.replace(path)
     _HOST_PEAK = best
     return {**best, "fresh": best is measured}
-
-
-def describe(measure_peak: bool = True) -> dict:
-    """Everything this process can tell about the backends, without importing torch_xla."""
-    tpu = tpu_status()
-    from .torchtpu import status as torchtpu_status
-
-    info = {
-        "torch_xla_installed": have_torch_xla(),
-        "torch_tpu_installed": importlib.util.find_spec("torch_tpu") is not None,
-        "torch_tpu": torchtpu_status().as_dict(),  # here or in .venv-torchtpu; chip or not
-        "tpu": asdict(tpu),
-        "cuda_devices": cuda_devices(),
-        "cpu": {"model": cpu_model(), "cores": os.cpu_count(), "machine": platform.machine()},
-        "versions": versions(),
-    }
-    if tpu.available:
-        info["default_backend"] = "xla:TPU"
-    elif info["torch_xla_installed"]:
-        info["default_backend"] = "xla:CPU"
-    else:
-        info["default_backend"] = "torch:cpu"
-    if measure_peak:
-        info["host_peak"] = host_peak_flops()
-    return info

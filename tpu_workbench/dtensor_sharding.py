@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import sharding
+from . import models, sharding
 from .errors import RunFailed, RunTimeout, SpecError
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -46,7 +46,7 @@ def placements(partition: Any, mesh_shape: tuple[int, ...]) -> list[tuple[str, i
     names = sharding.axis_names(mesh_shape)
     out: list[tuple[str, int | None]] = [("replicate", None)] * len(mesh_shape)
     for dim, entry in enumerate(partition or ()):
-        for axis in sharding._entry_axes(entry):
+        for axis in sharding.entry_axes(entry):
             out[names.index(axis)] = ("shard", dim)
     return out
 
@@ -86,7 +86,11 @@ def layout(model: str = "mingpt", preset: str = "tiny", mesh: Any = (2, 2),
     spec = ExperimentSpec(model=model, preset=preset, mode="torch_eager", mesh=mesh_shape,
                           num_devices=n, strategy=strategy, options=dict(options or {}),
                           batch_size=batch_size, seed=seed)
-    sharding.validate(spec)  # strategy, mesh rank, divisibility: before any process starts
+    family = models.get_model(model)
+    cfg = family.config(preset, **(options or {}))
+    # strategy, mesh rank, divisibility: before any process starts
+    sharding.validate(mesh_shape, strategy, family, cfg,
+                      batch_size or family.default_batch_size(cfg))
     device = resolve_device(device)
     python = torchtpu.worker_python("torch_tpu") if device == "tpu" else sys.executable
     with tempfile.TemporaryDirectory(prefix="tpu_workbench_dtensor_") as tmp:
@@ -166,7 +170,7 @@ def _rank_main(job_file: str, rank: int) -> None:
         torch.manual_seed(spec.seed)
         model = family.build(cfg)
         batch = family.make_batch(cfg, batch_size, torch.Generator().manual_seed(spec.seed))
-        strategy = sharding.strategy_name(spec)
+        strategy = sharding.strategy_name(spec.strategy)
         specs = sharding.param_specs(model, strategy, mesh_shape)
 
         def one(name: str, kind: str, t: torch.Tensor, partition: Any) -> dict[str, Any]:
@@ -182,7 +186,7 @@ def _rank_main(job_file: str, rank: int) -> None:
             index = [[int(o), int(o) + int(s)] for o, s in zip(offset, local_shape, strict=True)]
             rec.update(
                 kind="layout", predicted_index=rec["index"], index=index,
-                index_label=sharding._index_label(index, shape),
+                index_label=sharding.index_label(index, shape),
                 placements=[repr(p) for p in pl], spec=", ".join(repr(p) for p in pl),
                 shard_shape=list(local.shape),
                 shard_bytes=local.numel() * local.element_size(),

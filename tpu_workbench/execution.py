@@ -143,7 +143,12 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
 
     hooks = _ChangeHooks(spec.change)
     if mode.runtime == "xla":
-        step_fn, device, wait, counters = _xla_setup(spec, family, model, hooks)
+        mesh = None
+        if spec.mesh:  # SPMD: one mesh for the run, also torch_xla's global mesh
+            from . import sharding
+
+            mesh = sharding.make_mesh(spec.mesh)
+        step_fn, device, wait, counters = _xla_setup(spec, family, model, hooks, mesh)
     elif mode.runtime == "torch_tpu":  # TorchTPU on a chip (see tpu_workbench.torchtpu)
         from . import torchtpu
 
@@ -157,9 +162,9 @@ def train(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     if spec.mesh:  # SPMD: lay the batch out over the mesh's data axis (strategy permitting)
         from . import sharding
 
-        batches = [sharding.shard_batch(b, spec) for b in batches]
-        changed = [sharding.shard_batch(b, spec) for b in changed]
-        for record in sharding.layout_records(model, batches[0], spec):
+        batches = [sharding.shard_batch(b, mesh, spec.strategy) for b in batches]
+        changed = [sharding.shard_batch(b, mesh, spec.strategy) for b in changed]
+        for record in sharding.layout_records(model, batches[0], spec.mesh, spec.strategy):
             ctx.emit({"kind": "layout", **record})
     wait()
     cache_start = _cache_counters() if mode.runtime == "xla" else {}
@@ -461,20 +466,20 @@ def _torch_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.
 
 
 def _xla_setup(spec: ExperimentSpec, family: models.ModelFamily, model: torch.nn.Module,
-               hooks: _ChangeHooks):
+               hooks: _ChangeHooks, mesh: Any = None):
     import torch_xla
     import torch_xla.core.xla_model as xm
 
     device = torch_xla.device()
     torch_xla.experimental.eager_mode(spec.mode == "eager")
     model.to(device).train()
-    if spec.mesh:
+    if mesh is not None:
         from . import sharding
 
-        sharding.shard_model(model, spec)  # mark_sharding on every parameter per the strategy
+        sharding.shard_model(model, mesh, spec.strategy)  # mark_sharding on every parameter
     opt = _optimizer(spec, family, model)
-    if spec.mesh:
-        sharding.shard_optimizer_state(opt, model, spec)
+    if mesh is not None:
+        sharding.shard_optimizer_state(opt, model, mesh, spec.strategy)
     step = _make_step(family, model, opt, hooks)
 
     def wait() -> None:

@@ -16,10 +16,9 @@ from typing import Any
 import pandas as pd
 
 from .errors import WorkbenchError
-from .runner import RunResult, WorkerPool, records_frame, submit
+from .records import label, labelled_steps
+from .runner import RunResult, WorkerPool, submit
 from .spec import ExperimentSpec
-
-LABELS = ("model", "preset", "mode")
 
 
 @dataclass
@@ -64,22 +63,6 @@ class Comparison:
         from .timing import compile_events
 
         return compile_events(self.results)
-
-
-def label(spec: ExperimentSpec) -> str:
-    """Short name of a spec in charts and tables, e.g. ``mingpt/tiny/compile``."""
-    return f"{spec.model}/{spec.preset}/{spec.mode}"
-
-
-def labelled_steps(spec: ExperimentSpec, records: list[dict[str, Any]],
-                   run_id: str = "") -> pd.DataFrame:
-    """Step records of one run with the spec's model, preset and mode as columns."""
-    frame = records_frame(records)
-    if len(frame):
-        for key in LABELS:
-            frame[key] = getattr(spec, key)
-        frame["run_id"] = run_id
-    return frame
 
 
 def run_many(specs: Sequence[ExperimentSpec],

@@ -43,7 +43,8 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None):
     import marimo as mo
 
     from .charts import step_times
-    from .experiments import label, run_many
+    from .experiments import run_many
+    from .records import label
 
     chart = chart or step_times
 

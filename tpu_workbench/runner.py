@@ -39,6 +39,7 @@ from typing import Any
 
 from .errors import RunCancelled, RunFailed, RunTimeout, WorkerCrashed, WorkerError
 from .paths import results_dir
+from .records import records_frame
 from .spec import ExperimentSpec, RuntimeConfig, runtime_config
 from .torchtpu import worker_python
 
@@ -67,14 +68,6 @@ class RunResult:
     def steps(self):
         """Per-step records as a DataFrame (one row per streamed ``step`` record)."""
         return records_frame(self.records)
-
-
-def records_frame(records: list[dict[str, Any]]):
-    """Step records as a pandas DataFrame (columns documented in :mod:`tpu_workbench.execution`)."""
-    import pandas as pd
-
-    rows = [r for r in records if r.get("kind", "step") == "step"]
-    return pd.DataFrame(rows)
 
 
 class Worker:

@@ -232,7 +232,7 @@ class ExperimentSpec:
         _check_runtime(self)
         family = models.get_model(self.model)  # raises SpecError for an unknown model
         _check_option_types(family, self.preset, self.options)
-        family.config(self.preset, **self.options)  # raises for a bad preset or option
+        cfg = family.config(self.preset, **self.options)  # raises for a bad preset or option
         _positive_int("steps", self.steps)
         if self.batch_size is not None:
             _positive_int("batch_size", self.batch_size)
@@ -277,7 +277,9 @@ class ExperimentSpec:
         if self.mesh is not None:
             from . import sharding
 
-            sharding.validate(self)  # axis names, strategy, batch divisible by the data axis
+            # strategy, mesh rank, batch divisible by the data axis, widths by the model axis
+            sharding.validate(self.mesh, self.strategy, family, cfg,
+                              self.batch_size or family.default_batch_size(cfg))
         elif self.strategy is not None:
             raise SpecError(f"strategy={self.strategy!r} needs a mesh, e.g. mesh=(2, 4)")
         from .xla_flags import validate_xla_flags

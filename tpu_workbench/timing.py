@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from .experiments import labelled_steps
+from .records import labelled_steps
 
 WARMUP_STEPS = 1  # steps excluded from steady state (step 0 compiles)
 

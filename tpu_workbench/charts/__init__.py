@@ -5,7 +5,7 @@ runs experiments.
 """
 
 from ._common import save_chart
-from .hlo import collective_table, diff_chart, fusion_table, op_mix, roofline
+from .hlo import diff_chart, op_mix, roofline
 from .kernels import kernel_errors, kernel_schedule, score_tiles
 from .modes import (
     cache_first_steps,
@@ -20,8 +20,8 @@ from .profiling import step_breakdown, timeline, top_ops
 from .sharding import collective_bytes, layout_grid, memory_bars, step_time_per_strategy
 
 __all__ = [
-    "cache_first_steps", "collective_bytes", "collective_table", "compiles_per_mode", "diff_chart",
-    "first_vs_steady", "fusion_table", "kernel_errors", "kernel_schedule", "layout_grid",
+    "cache_first_steps", "collective_bytes", "compiles_per_mode", "diff_chart",
+    "first_vs_steady", "kernel_errors", "kernel_schedule", "layout_grid",
     "loss_curves", "memory_bars", "op_mix", "recompile_timeline", "roofline", "save_chart",
     "score_tiles", "steady_times", "step_breakdown",
     "step_time_per_strategy", "step_times", "timeline", "top_ops",

@@ -5,14 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+from ..records import require_columns
 
-
-def require_columns(df: pd.DataFrame, columns: list[str], what: str) -> None:
-    """Raise ValueError naming the missing columns of `df` that chart `what` needs."""
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{what} needs columns {missing}; the frame has {list(df.columns)}")
+__all__ = ["require_columns", "save_chart"]
 
 
 def save_chart(chart: Any, out: Path, name: str) -> list[Path]:

@@ -39,31 +39,6 @@ def op_mix(ops: pd.DataFrame, top: int = 20, scope: str = "all",
                         height=max(120, 16 * len(keep))))
 
 
-def fusion_table(ops: pd.DataFrame) -> pd.DataFrame:
-    """Fusions of the entry computation: name, fusion_kind, shape, bytes, called, and the ops
-    inside each fused computation (``fused_ops``, ``fused_count``) -- a table, not a chart.
-
-    Input: :func:`tpu_workbench.hlo.instructions`.
-    """
-    require_columns(ops, ["opcode", "is_entry", "name", "fusion_kind", "called", "computation",
-                   "module"], "fusion_table")
-    inner = ops[ops["opcode"] != "parameter"].groupby(["module", "computation"])["opcode"]
-    inside = {k: v.value_counts().to_dict() for k, v in inner}
-    rows = []
-    for r in ops[ops["opcode"].isin(["fusion", "call"])].itertuples(index=False):
-        fused: dict[str, int] = {}
-        for comp in r.called:
-            for op, n in inside.get((r.module, comp), {}).items():
-                fused[op] = fused.get(op, 0) + int(n)
-        rows.append({"module": r.module, "computation": r.computation, "name": r.name,
-                     "opcode": r.opcode, "fusion_kind": r.fusion_kind,
-                     "shape": r.shape, "bytes": r.bytes, "called": ", ".join(r.called),
-                     "fused_count": sum(fused.values()),
-                     "fused_ops": ", ".join(f"{k} {v}" for k, v in
-                                            sorted(fused.items(), key=lambda kv: -kv[1]))})
-    cols = ["module", "computation", "name", "opcode", "fusion_kind", "shape", "bytes", "called",
-            "fused_count", "fused_ops"]
-    return pd.DataFrame(rows, columns=cols)
 
 
 def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
@@ -138,17 +113,3 @@ def diff_chart(diff: pd.DataFrame, top: int = 25, label_a: str | None = None,
         tooltip=["kind", "item", "a", "b", "delta", "status"])
         .properties(title=heading, width=420, height=max(120, 16 * max(len(df), 1))))
 
-
-def collective_table(coll: pd.DataFrame) -> pd.DataFrame:
-    """Collectives grouped by kind and replica groups: count, total bytes, group size -- from
-    :func:`tpu_workbench.hlo.collectives`."""
-    require_columns(coll, ["kind", "name", "replica_groups", "bytes", "group_size", "num_groups"],
-             "collective_table")
-    if not len(coll):
-        return pd.DataFrame(columns=["kind", "replica_groups", "count", "bytes", "group_size",
-                                     "num_groups"])
-    g = coll.assign(replica_groups=[str(x) for x in coll["replica_groups"]]).groupby(
-        ["kind", "replica_groups"], sort=False)
-    out = g.agg(count=("name", "size"), bytes=("bytes", "sum"), group_size=("group_size", "first"),
-                num_groups=("num_groups", "first")).reset_index()
-    return out

@@ -69,6 +69,12 @@ class ModelFamily:
         """Scalar evaluation metric (a tensor, so it stays on the device until read)."""
         raise NotImplementedError
 
+    def model_axis_widths(self, cfg: Any) -> dict[str, int]:
+        """Widths that tensor parallelism splits over a mesh's model axis and that must divide
+        by its size (minGPT: heads and embedding width); empty where a strategy splits only
+        whole Linear layers that can be padded."""
+        return {}
+
     def default_batch_size(self, cfg: Any) -> int:
         return getattr(cfg, "batch_size", 8)
 

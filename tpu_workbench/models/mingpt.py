@@ -160,6 +160,9 @@ class MinGPTFamily(ModelFamily):
     sequence_dim = 1
     default_lr = 5e-4  # minGPT's sorting demo
 
+    def model_axis_widths(self, cfg: GPTConfig) -> dict[str, int]:
+        return {"n_head": cfg.n_head, "n_embd": cfg.n_embd}  # heads and widths split evenly
+
     def check_config(self, cfg: GPTConfig) -> None:
         for key in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "length",
                     "n_digits", "batch_size"):

@@ -6,11 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import charts
-from .errors import SpecError
-from .experiments import Comparison, label, run_many
-from .paths import writable_folder
-from .spec import CHANGES, MODES, ExperimentSpec
+from .. import charts
+from ..errors import SpecError
+from ..experiments import Comparison, run_many
+from ..paths import writable_folder
+from ..records import label
+from ..spec import CHANGES, MODES, ExperimentSpec
 
 DEFAULT_MODES = "torch_eager,inductor,eager,lazy,compile,dynamo"
 
@@ -71,7 +72,7 @@ def write_outputs(comparison: Comparison, out: Path, steps: int) -> list[Path]:
     return written
 
 
-def run(args: argparse.Namespace) -> int:
+def bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     out = writable_folder(args.out)

@@ -1,0 +1,134 @@
+"""Memory per device from a run's layouts (and XLA's own report), and whether a model of
+n parameters fits a slice's HBM."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+from .layout import layout_frame
+from .mesh import mesh_text, parse_mesh, strategy_name
+
+MEMORY_COLUMNS = ["device", "device_name", "row", "col", "params_bytes", "grads_bytes",
+                  "optimizer_bytes", "inputs_bytes", "total_bytes", "xla_total_bytes"]
+
+
+def memory_per_device(result_or_records: Any, hlo_dir: str | Path | None = None,
+                      optimizer_factor: float = 2.0) -> pd.DataFrame:
+    """Bytes each device holds, by kind, from the layout records of a run.
+
+    Columns (:data:`MEMORY_COLUMNS`): ``device``, ``device_name``, ``row``, ``col``;
+    ``params_bytes`` (the device's parameter buffers, padded as XLA allocates them);
+    ``grads_bytes`` (gradients have their parameter's layout: equal to params);
+    ``optimizer_bytes`` (`optimizer_factor` x params: Adam's exp_avg and exp_avg_sq, sharded
+    like their parameter); ``inputs_bytes`` (one batch); ``total_bytes`` (their sum; no
+    activations); ``xla_total_bytes`` (XLA's own total for the compiled train step from its
+    memory-usage report, the same per-device program on every device: needs
+    ``capture=("hlo",)``; NaN otherwise; it counts parameters, state, activations and temporaries
+    of the step, i.e. what the train-step program touches).
+    """
+    import pandas as pd
+
+    layout = layout_frame(result_or_records)
+    if layout.empty:
+        return pd.DataFrame(columns=MEMORY_COLUMNS)
+    keys = ["device", "device_name", "row", "col"]
+    per = layout.pivot_table(index=keys, columns="tensor_kind", values="shard_bytes",
+                             aggfunc="sum", fill_value=0).reset_index()
+    per.columns.name = None
+    for kind in ("param", "input"):
+        if kind not in per:
+            per[kind] = 0
+    frame = per[keys].copy()
+    frame["params_bytes"] = per["param"].astype("int64")
+    frame["grads_bytes"] = frame["params_bytes"]
+    frame["optimizer_bytes"] = (optimizer_factor * frame["params_bytes"]).round().astype("int64")
+    frame["inputs_bytes"] = per["input"].astype("int64")
+    frame["total_bytes"] = frame[["params_bytes", "grads_bytes", "optimizer_bytes",
+                                  "inputs_bytes"]].sum(axis=1)
+    if hlo_dir is None and getattr(result_or_records, "out_dir", None) is not None:
+        hlo_dir = Path(result_or_records.out_dir) / "hlo"
+    xla_total = float("nan")
+    if hlo_dir is not None:
+        report = step_file(Path(hlo_dir), "memory-usage-report.txt")
+        if report is not None:
+            from . import hlo
+
+            xla_total = float(hlo.memory_report(report.read_text())["total_bytes"])
+    frame["xla_total_bytes"] = xla_total
+    return frame.sort_values("device").reset_index(drop=True)[MEMORY_COLUMNS]
+
+
+def step_file(hlo_dir: Path, suffix: str) -> Path | None:
+    """The dumped file of the train step ending in `suffix` (after optimisations).
+
+    The train step's module is named ``<model>_train_step``; without one, the largest file.
+    """
+    if not hlo_dir.is_dir():
+        return None
+    files = sorted(p for p in hlo_dir.iterdir() if p.name.endswith(suffix))
+    if not files:
+        return None
+    named = [p for p in files if "train_step" in p.name]
+    pool = named or files
+    return max(pool, key=lambda p: p.stat().st_size)
+
+
+def fits(n_params: int, strategy: str, mesh_shape: Sequence[int] | str, chip: str = "v6e",
+         bytes_per_param: float = 4, grad_bytes_per_param: float | None = None,
+         optimizer_bytes_per_param: float = 8, activation_bytes: float = 0,
+         usable_fraction: float = 0.9) -> dict[str, Any]:
+    """Would params + grads + Adam state of an `n_params` model fit each chip's HBM?
+
+    Per-device bytes under `strategy` on `mesh_shape`: dp replicates everything; fsdp divides
+    everything by the device count; tp and dp_tp divide by the model axis (as if every weight
+    split; embeddings and norms that stay replicated make it a little worse). Defaults are fp32
+    training: 4 B params + 4 B grads + 8 B Adam (exp_avg, exp_avg_sq). For bf16 params with fp32
+    master weights and Adam use ``bytes_per_param=2, optimizer_bytes_per_param=12``.
+    `activation_bytes` is added per device as given. A model fits when the total is at most
+    `usable_fraction` of HBM (XLA needs room for temporaries).
+
+    Returns ``fits`` (bool), ``per_device_bytes``, ``params_bytes``, ``grads_bytes``,
+    ``optimizer_bytes``, ``activation_bytes``, ``hbm_bytes``, ``usable_bytes``, ``shards``,
+    ``devices``, ``strategy``, ``mesh``, ``chip`` and ``reason`` (a sentence).
+    """
+    from ..chips import get_chip
+
+    mesh_shape = parse_mesh(mesh_shape)
+    strategy = strategy_name(strategy)
+    if strategy in ("tp", "dp_tp") and len(mesh_shape) != 2:
+        raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), got "
+                        f"{mesh_text(mesh_shape)}")
+    if not isinstance(n_params, int | float) or n_params <= 0:
+        raise SpecError(f"n_params must be a positive number, got {n_params!r}")
+    c = get_chip(chip)
+    devices = math.prod(mesh_shape)
+    shards = {"dp": 1, "fsdp": devices}.get(strategy, mesh_shape[-1])
+    grad_b = bytes_per_param if grad_bytes_per_param is None else grad_bytes_per_param
+    params_b = n_params * bytes_per_param / shards
+    grads_b = n_params * grad_b / shards
+    opt_b = n_params * optimizer_bytes_per_param / shards
+    total = params_b + grads_b + opt_b + activation_bytes
+    hbm = c.hbm_gb * 1e9
+    usable = usable_fraction * hbm
+    ok = total <= usable
+    gb = 1e9
+    reason = (f"{strategy} on {mesh_text(mesh_shape)} {c.name} splits weights/grads/optimizer "
+              f"{shards} way(s): {total / gb:.2f} GB per chip (params {params_b / gb:.2f} + "
+              f"grads {grads_b / gb:.2f} + optimizer {opt_b / gb:.2f} + activations "
+              f"{activation_bytes / gb:.2f}) {'fits in' if ok else 'exceeds'} "
+              f"{usable / gb:.1f} GB usable ({usable_fraction:.0%} of {c.hbm_gb:g} GB HBM)")
+    if not ok and strategy == "dp":
+        reason += "; fsdp would divide it by " + str(devices)
+    return {"fits": ok, "per_device_bytes": total, "params_bytes": params_b,
+            "grads_bytes": grads_b, "optimizer_bytes": opt_b,
+            "activation_bytes": float(activation_bytes), "hbm_bytes": hbm,
+            "usable_bytes": usable, "shards": shards, "devices": devices,
+            "strategy": strategy, "mesh": list(mesh_shape), "chip": c.name, "reason": reason}

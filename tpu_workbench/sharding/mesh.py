@@ -1,0 +1,185 @@
+"""Meshes, strategies' names and partition specs: pure Python, no torch."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError
+
+if TYPE_CHECKING:
+    pass
+
+
+
+STRATEGIES: dict[str, str] = {
+    "dp": "data parallel: parameters replicated, batch split over the data axis",
+    "fsdp": "fully sharded data parallel: parameters split over all devices, batch too",
+    "tp": "tensor parallel (Megatron): layers split over the model axis, batch replicated",
+    "dp_tp": "data x tensor parallel: tp over the model axis, batch split over the data axis",
+}
+
+
+DEFAULT_STRATEGY = "dp"
+
+
+AXES_1D = ("data",)
+
+
+AXES_2D = ("data", "model")
+
+
+# Named meshes: a v6e host has 8 chips in a 2x4 torus; larger slices of the same generation.
+MESHES: dict[str, tuple[int, ...]] = {
+    "v6e-1": (1,),
+    "v6e-4": (2, 2),
+    "v6e-8": (2, 4),
+    "4x4": (4, 4),
+    "4x8": (4, 8),
+}
+
+
+Partition = tuple[Any, ...]  # one entry per dim: None, an axis name, or a tuple of axis names
+
+
+def parse_mesh(text: str | Sequence[int]) -> tuple[int, ...]:
+    """``"2x4"`` -> ``(2, 4)``; also a name of :data:`MESHES` (``"v6e-8"``) or a tuple of ints."""
+    if isinstance(text, list | tuple):
+        shape = tuple(text)
+        if not shape or len(shape) > 2 or any(
+                not isinstance(n, int) or isinstance(n, bool) or n <= 0 for n in shape):
+            raise SpecError(f"mesh {text!r} must be 1 or 2 positive ints, e.g. (8,) or (2, 4)")
+        return shape
+    if not isinstance(text, str):
+        raise SpecError(f"mesh must be text like '2x4' or a tuple of ints, got {text!r}")
+    key = text.strip().lower()
+    if key in MESHES:
+        return MESHES[key]
+    parts = key.replace("*", "x").replace(",", "x").split("x")
+    if not 1 <= len(parts) <= 2 or not all(p.strip().isdigit() for p in parts):
+        raise SpecError(f"mesh {text!r} is not a mesh shape; write ROWSxCOLS like '2x4' or a "
+                        f"single size like '8', or a named mesh: {', '.join(MESHES)}")
+    shape = tuple(int(p) for p in parts)
+    if any(n <= 0 for n in shape):
+        raise SpecError(f"mesh {text!r} has an axis of size 0; every axis needs >= 1 device")
+    return shape
+
+
+def mesh_text(mesh_shape: Sequence[int]) -> str:
+    return "x".join(str(n) for n in mesh_shape)
+
+
+def axis_names(mesh_shape: Sequence[int]) -> tuple[str, ...]:
+    """``("data",)`` for a 1-D mesh, ``("data", "model")`` for a 2-D one."""
+    if len(mesh_shape) == 1:
+        return AXES_1D
+    if len(mesh_shape) == 2:
+        return AXES_2D
+    raise SpecError(f"mesh {mesh_text(mesh_shape)} has {len(mesh_shape)} axes; meshes here have "
+                    "1 axis (data,) or 2 axes (data, model), e.g. 8 or 2x4")
+
+
+def strategy_name(strategy: str | None) -> str:
+    """A strategy's name (None means ``dp``), checked against :data:`STRATEGIES`."""
+    name = DEFAULT_STRATEGY if strategy is None else strategy
+    if name not in STRATEGIES:
+        raise SpecError(f"unknown strategy {name!r}; valid strategies: {', '.join(STRATEGIES)} "
+                        "(None means dp)")
+    return name
+
+
+def _all_devices(mesh_shape: Sequence[int]) -> Any:
+    """The partition entry that splits one dim over every device (axes flattened)."""
+    names = axis_names(mesh_shape)
+    return names[0] if len(names) == 1 else names
+
+
+def batch_axes(strategy: str, mesh_shape: Sequence[int]) -> tuple[str, ...]:
+    """Mesh axes the batch (dim 0 of each input) is split over under `strategy`."""
+    names = axis_names(mesh_shape)
+    strategy = strategy_name(strategy)
+    if strategy == "fsdp":
+        return names
+    if strategy == "tp":
+        return ()
+    return ("data",)
+
+
+def batch_partition(strategy: str, mesh_shape: Sequence[int], ndim: int) -> Partition:
+    """Partition spec of an input of rank `ndim`: dim 0 on :func:`batch_axes`, the rest whole."""
+    axes = batch_axes(strategy, mesh_shape)
+    first = None if not axes else axes[0] if len(axes) == 1 else axes
+    return (first,) + (None,) * (ndim - 1)
+
+
+def entry_axes(entry: Any) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple | list) else (entry,)
+
+
+def axis_product(entry: Any, mesh_shape: Sequence[int]) -> int:
+    """How many pieces a dim with partition `entry` is split into."""
+    names = axis_names(mesh_shape)
+    return math.prod(mesh_shape[names.index(a)] for a in entry_axes(entry))
+
+
+def check_partition(name: str, shape: Sequence[int], partition: Sequence[Any],
+                    mesh_shape: Sequence[int]) -> Partition:
+    """Validate a user-given partition spec for tensor `name`; returns it as a tuple.
+
+    Raises SpecError for: a rank that differs from the tensor's, an axis name (or index) not in
+    the mesh, an axis used twice. A dim that does not divide evenly is allowed (XLA pads the
+    last shards; the layout shows it).
+    """
+    names = axis_names(mesh_shape)
+    partition = tuple(partition)
+    if len(partition) != len(shape):
+        raise SpecError(f"partition spec {partition!r} has {len(partition)} entries but tensor "
+                        f"{name!r} has rank {len(shape)} (shape {list(shape)}); give one entry "
+                        "per dimension (None = not split)")
+    used: list[str] = []
+    out = []
+    for entry in partition:
+        axes = []
+        for a in entry_axes(entry):
+            if isinstance(a, int) and not isinstance(a, bool) and 0 <= a < len(names):
+                a = names[a]
+            if a not in names:
+                raise SpecError(f"partition spec {partition!r} of tensor {name!r} names axis "
+                                f"{a!r}, which is not in mesh {mesh_text(mesh_shape)}; its axes "
+                                f"are {', '.join(map(repr, names))} (or None)")
+            if a in used:
+                raise SpecError(f"partition spec {partition!r} of tensor {name!r} uses mesh axis "
+                                f"{a!r} twice; each axis can split at most one dimension")
+            used.append(a)
+            axes.append(a)
+        if not axes:
+            out.append(None)
+        elif isinstance(entry, tuple | list):
+            out.append(tuple(axes))
+        else:
+            out.append(axes[0])
+    return tuple(out)
+
+
+def partition_text(partition: Partition | None) -> str:
+    return "replicated" if partition is None or all(e is None for e in partition) \
+        else repr(tuple(partition))
+
+
+def mesh_place(device: int, mesh_shape: Sequence[int]) -> tuple[list[int], int, int]:
+    coords, rest = [], device
+    for size in reversed(mesh_shape):
+        coords.append(rest % size)
+        rest //= size
+    coords.reverse()
+    row, col = (coords[0], coords[1]) if len(coords) == 2 else (0, coords[0])
+    return coords, row, col
+
+
+def index_label(index: list[list[int]], shape: Sequence[int]) -> str:
+    parts = [":" if (a, b) == (0, s) else f"{a}:{b}" for (a, b), s in zip(index, shape,
+                                                                         strict=True)]
+    return ", ".join(parts) if parts else "scalar"

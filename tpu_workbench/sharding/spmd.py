@@ -1,0 +1,138 @@
+"""The worker side: one mesh per run, ``mark_sharding`` on parameters, optimizer state and
+inputs, and the layouts torch_xla really made (the only part of ``sharding`` that imports
+torch_xla)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+from .layout import layout_record, tile_shape
+from .mesh import Partition, axis_names, batch_partition, strategy_name
+from .strategies import buffer_specs, param_specs
+
+
+def make_mesh(mesh_shape: Sequence[int]) -> Any:
+    """``xs.Mesh(np.arange(n), mesh_shape, axis_names(mesh_shape))``, also set as the global
+    mesh. A run makes it once and hands it to the functions below."""
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+
+    mesh_shape = tuple(mesh_shape)
+    mesh = xs.Mesh(np.arange(math.prod(mesh_shape)), mesh_shape, axis_names(mesh_shape))
+    xs.set_global_mesh(mesh)
+    return mesh
+
+
+def _mark(t: torch.Tensor, mesh: Any, partition: Partition | None) -> None:
+    import torch_xla.distributed.spmd as xs
+
+    xs.mark_sharding(t, mesh, tuple(partition) if partition else (None,) * t.dim())
+
+
+def shard_model(model: nn.Module, mesh: Any, strategy: str | None) -> None:
+    """``mark_sharding`` on every parameter per the strategy (replicated ones explicitly too)
+    and on floating-point buffers (:func:`buffer_specs`), over `mesh` (:func:`make_mesh`)."""
+    specs = param_specs(model, strategy, mesh.mesh_shape)
+    for name, p in model.named_parameters():
+        _mark(p, mesh, specs[name])
+    # Every buffer gets an explicit sharding, replicated unless buffer_specs splits it: a buffer
+    # the step updates (BatchNorm's num_batches_tracked) and that had none came back from step 0
+    # marked replicated, a new input sharding, so step 1 compiled the step a second time.
+    buffers = buffer_specs(model, strategy, mesh.mesh_shape)
+    for name, b in model.named_buffers():
+        if b.device.type == "xla":
+            _mark(b, mesh, buffers.get(name))
+
+
+def shard_optimizer_state(opt: torch.optim.Optimizer, model: nn.Module, mesh: Any,
+                          strategy: str | None) -> None:
+    """Give every tensor in the optimizer state of a parameter (Adam's ``exp_avg`` and
+    ``exp_avg_sq``) its parameter's sharding, so FSDP/TP really divide the optimizer's memory.
+    Scalars (``step``) and CPU tensors are left alone."""
+    import torch
+
+    specs = param_specs(model, strategy, mesh.mesh_shape)
+    by_id = {id(p): specs[name] for name, p in model.named_parameters()}
+    for p, state in opt.state.items():
+        if id(p) not in by_id:
+            continue
+        for value in state.values():
+            if (isinstance(value, torch.Tensor) and value.shape == p.shape and value.dim()
+                    and value.device.type == "xla"):
+                _mark(value, mesh, by_id[id(p)])
+
+
+def shard_batch(batch: dict[str, torch.Tensor], mesh: Any,
+                strategy: str | None) -> dict[str, torch.Tensor]:
+    """Split dim 0 of every input over the strategy's batch axes (:func:`batch_axes`)."""
+    strategy = strategy_name(strategy)
+    for t in batch.values():
+        if t.dim():
+            _mark(t, mesh, batch_partition(strategy, mesh.mesh_shape, t.dim()))
+    return batch
+
+
+def _measured(name: str, tensor_kind: str, t: torch.Tensor, partition: Partition | None,
+              mesh_shape: Sequence[int], prefix: str) -> list[dict[str, Any]]:
+    import torch_xla
+
+    shape = list(t.shape)
+    dtype = str(t.dtype).removeprefix("torch.")
+    xla_spec = torch_xla._XLAC._get_xla_sharding_spec(t)
+    n = math.prod(mesh_shape)
+    if not xla_spec:  # never annotated: replicated, every device holds all of it
+        return [layout_record(name, tensor_kind, shape, dtype, partition, "", d,
+                        f"{prefix}:{d}", mesh_shape, [[0, s] for s in shape], [1] * len(shape),
+                        d, n) for d in range(n)]
+    tiles = tile_shape(xla_spec, len(shape))
+    # One entry per addressable device, in device order (checked: the same order as the device
+    # names of _get_local_shards). Ellipsis: the whole tensor.
+    pairs = torch_xla._XLAC._get_local_shard_replica_and_indices([t])[0]
+    out = []
+    for d, (replica, indices) in enumerate(pairs):
+        if indices is Ellipsis:
+            index = [[0, s] for s in shape]
+        else:
+            index = []
+            for sl, size in zip(indices, shape, strict=True):
+                start = 0 if sl.start is None else sl.start
+                stop = size if sl.stop is None else sl.stop
+                index.append([min(start, size), min(stop, size)])
+        out.append(layout_record(name, tensor_kind, shape, dtype, partition, xla_spec,
+                           d, f"{prefix}:{d}", mesh_shape, index, tiles, int(replica), 0))
+    # replicas of a slice: devices holding the same index ranges
+    counts: dict[str, int] = {}
+    for r in out:
+        counts[r["index_label"]] = counts.get(r["index_label"], 0) + 1
+    for r in out:
+        r["num_replicas"] = counts[r["index_label"]]
+    return out
+
+
+def layout_records(model: nn.Module, batch: dict[str, torch.Tensor], mesh_shape: Sequence[int],
+                   strategy: str | None) -> list[dict[str, Any]]:
+    """What every device holds of every parameter and input, read back from torch_xla.
+
+    One record per (tensor, device), fields as in the module docstring. Ranges come from
+    ``_get_local_shard_replica_and_indices`` and the spec string (not from
+    ``XLAShardedTensor.placements``, which is wrong for named mesh axes in torch_xla 2.9).
+    """
+    import torch_xla.runtime as xr
+
+    prefix = xr.device_type() or "CPU"
+    mesh_shape = tuple(mesh_shape)
+    strategy = strategy_name(strategy)
+    specs = param_specs(model, strategy, mesh_shape)
+    records = []
+    for name, p in model.named_parameters():
+        records += _measured(name, "param", p, specs[name], mesh_shape, prefix)
+    for key, t in batch.items():
+        part = batch_partition(strategy, mesh_shape, t.dim()) if t.dim() else ()
+        records += _measured(f"batch.{key}", "input", t, part, mesh_shape, prefix)
+    return records

@@ -1,0 +1,214 @@
+"""Which partition spec each parameter and buffer gets under a strategy, the plan of a
+model's parameters, and the validation of a strategy on a mesh (no torch_xla)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from torch import nn
+
+from .mesh import (
+    STRATEGIES,
+    Partition,
+    _all_devices,
+    axis_names,
+    axis_product,
+    batch_axes,
+    mesh_text,
+    parse_mesh,
+    partition_text,
+    strategy_name,
+)
+
+ROW_PARALLEL = ("attn.c_proj", "mlp.c_proj", "to_out.0")
+
+
+def _tp_partition(module: nn.Module, path: str, pname: str, shape: tuple[int, ...],
+                  m: int) -> Partition | None:
+    from torch import nn
+
+    def divisible(n: int) -> bool:
+        return n % m == 0
+
+    if isinstance(module, nn.Linear):
+        if any(path.endswith(s) for s in ROW_PARALLEL):
+            if pname == "weight" and divisible(shape[1]):
+                return (None, "model")
+            return None  # the bias is added after the all-reduce: replicated
+        if pname == "weight" and divisible(shape[0]):
+            return ("model", None)  # column-parallel (also lm_head-like layers where divisible)
+        if pname == "bias" and divisible(shape[0]):
+            return ("model",)
+        return None
+    if isinstance(module, nn.modules.batchnorm._NormBase | nn.GroupNorm) and len(shape) == 1 \
+            and divisible(shape[0]):
+        # Channel norms after a conv split on its output channels: weight, bias and running
+        # statistics split the same way. (Left replicated, the running statistics came back
+        # split after step 0 and the step compiled a second time.)
+        return ("model",)
+    if isinstance(module, nn.Embedding) and pname == "weight" and divisible(shape[0]):
+        return ("model", None)  # vocab-parallel
+    if isinstance(module, nn.Conv2d | nn.ConvTranspose2d) and divisible(
+            module.out_channels):
+        if pname == "weight" and isinstance(module, nn.Conv2d):
+            return ("model", None, None, None)  # [out, in, kh, kw]: split output channels
+        if pname == "weight":  # ConvTranspose2d: [in, out, kh, kw]
+            return (None, "model", None, None)
+        if pname == "bias":
+            return ("model",)
+    return None
+
+
+def _fsdp_partition(shape: tuple[int, ...], mesh_shape: Sequence[int]) -> Partition | None:
+    n = math.prod(mesh_shape)
+    for i, size in enumerate(shape):
+        if size % n == 0:
+            return tuple(_all_devices(mesh_shape) if j == i else None for j in range(len(shape)))
+    return None
+
+
+def param_specs(model: nn.Module, strategy: str | None,
+                mesh_shape: Sequence[int]) -> dict[str, Partition | None]:
+    """Partition spec of every parameter of `model` (None: replicated), by module path.
+
+    Pure torch (no torch_xla): works on a model built on the ``meta`` device. Tied weights
+    appear once, under their first name (minGPT's ``lm_head.weight`` is ``transformer.wte``'s).
+    """
+    strategy = strategy_name(strategy)
+    mesh_shape = tuple(mesh_shape)
+    axis_names(mesh_shape)  # checks the rank
+    if strategy in ("tp", "dp_tp") and len(mesh_shape) != 2:
+        raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), got mesh "
+                        f"{mesh_text(mesh_shape)}")
+    out: dict[str, Partition | None] = {}
+    seen: set[int] = set()
+    for path, module in model.named_modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            name = f"{path}.{pname}" if path else pname
+            shape = tuple(p.shape)
+            if strategy == "dp":
+                spec = None
+            elif strategy == "fsdp":
+                spec = _fsdp_partition(shape, mesh_shape)
+            else:
+                spec = _tp_partition(module, path, pname, shape, mesh_shape[1])
+            out[name] = spec
+    return out
+
+
+def buffer_specs(model: nn.Module, strategy: str | None,
+                 mesh_shape: Sequence[int]) -> dict[str, Partition | None]:
+    """Partition spec of every floating-point buffer (BatchNorm's running statistics...) by the
+    rule of a parameter of its shape in its module. Integer buffers (counters), scalars and masks
+    are not listed: :func:`shard_model` marks them replicated."""
+    strategy = strategy_name(strategy)
+    mesh_shape = tuple(mesh_shape)
+    out: dict[str, Partition | None] = {}
+    for path, module in model.named_modules():
+        for bname, b in module.named_buffers(recurse=False):
+            if b is None or not b.is_floating_point() or not b.dim():
+                continue
+            name = f"{path}.{bname}" if path else bname
+            shape = tuple(b.shape)
+            if strategy == "dp":
+                out[name] = None
+            elif strategy == "fsdp":
+                out[name] = _fsdp_partition(shape, mesh_shape)
+            else:
+                out[name] = _tp_partition(module, path, bname, shape, mesh_shape[1])
+    return out
+
+
+def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | None = None,
+         options: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The partition spec each parameter would get, without running anything.
+
+    Builds the model on the ``meta`` device (no memory, no torch_xla). Columns: ``tensor``,
+    ``shape``, ``partition``, ``pieces`` (how many slices), ``params``, ``bytes`` (fp32),
+    ``bytes_per_device`` (the largest slice, padded).
+    """
+    import pandas as pd
+    import torch
+
+    from . import models
+
+    family = models.get_model(model)
+    cfg = family.config(preset, **(options or {}))
+    mesh_shape = parse_mesh(mesh_shape)
+    with torch.device("meta"):
+        net = family.build(cfg)
+    params = dict(net.named_parameters())
+    rows = []
+    for name, part in param_specs(net, strategy, mesh_shape).items():
+        shape = list(params[name].shape)
+        pieces = [axis_product(e, mesh_shape) for e in (part or (None,) * len(shape))]
+        n = math.prod(shape)
+        per_dev = math.prod(-(-s // k) for s, k in zip(shape, pieces, strict=True))
+        rows.append({"tensor": name, "shape": shape, "partition": partition_text(part),
+                     "pieces": math.prod(pieces), "params": n, "bytes": 4 * n,
+                     "bytes_per_device": 4 * per_dev})
+    return pd.DataFrame(rows)
+
+
+def _nearest_multiples(n: int, k: int) -> str:
+    lo, hi = (n // k) * k, (n // k + 1) * k
+    return f"{lo} or {hi}" if lo > 0 else f"{hi}"
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def validate(mesh_shape: Sequence[int], strategy: str | None, family: Any, cfg: Any,
+             batch_size: int) -> None:
+    """Check a strategy on a mesh for a model family's config and batch; raise SpecError naming
+    the fix. `family` is a :class:`~tpu_workbench.models.base.ModelFamily` (its
+    ``model_axis_widths`` says what tensor parallelism must divide); imports no torch_xla."""
+    if strategy is not None and not isinstance(strategy, str):  # [..] is unhashable
+        raise SpecError(f"strategy must be None or one of {', '.join(STRATEGIES)} (a string), "
+                        f"got {strategy!r}")
+    strategy = strategy_name(strategy)
+    mesh = tuple(mesh_shape)
+    if len(mesh) not in (1, 2):
+        raise SpecError(f"mesh {mesh_text(mesh)} has {len(mesh)} axes; meshes here have 1 axis "
+                        "(data,) like (8,) or 2 axes (data, model) like (2, 4)")
+    if strategy in ("tp", "dp_tp") and len(mesh) != 2:
+        raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), e.g. (2, 4) or "
+                        f"(1, {mesh[0]}); got mesh {mesh_text(mesh)}. dp and fsdp take a 1-D mesh")
+    axes = batch_axes(strategy, mesh)
+    if axes:
+        k = math.prod(mesh[axis_names(mesh).index(a)] for a in axes)
+        if batch_size % k:
+            # Say how many ways the batch is split and of how many devices: on mesh 3x3 the data
+            # axis is 3 of the 9 devices (each batch slice is copied over the model axis).
+            where = f"{' x '.join(axes)} {'axes' if len(axes) > 1 else 'axis'}"
+            n = math.prod(mesh)
+            of = f"all {n} devices" if k == n else f"{k} of the mesh's {n} devices"
+            raise SpecError(
+                f"batch_size={batch_size} does not divide over the {where} of mesh "
+                f"{mesh_text(mesh)}: strategy {strategy!r} splits the batch {k} ways (the "
+                f"{where}: {of}); batch sizes that would divide are multiples of {k}, e.g. "
+                f"{_nearest_multiples(batch_size, k)}")
+    widths = family.model_axis_widths(cfg) if strategy in ("tp", "dp_tp") else {}
+    m = mesh[1] if len(mesh) == 2 else 1
+    bad = {k: v for k, v in widths.items() if v % m}
+    if bad:
+        n = math.prod(mesh)
+        ok = [d for d in _divisors(math.gcd(*widths.values())) if n % d == 0]
+        meshes = ", ".join(f"{n // d}x{d}" for d in ok)
+        names = " and ".join(widths)
+        raise SpecError(
+            f"strategy {strategy!r} splits {family.name}'s {names} {m} ways over the model "
+            f"axis of mesh {mesh_text(mesh)} ({m} of its {n} devices), but "
+            + ", ".join(f"{k}={v}" for k, v in bad.items())
+            + f" is not divisible by {m}; valid model axes divide {names}: "
+            + f"meshes {meshes}, or options whose {names} divide by {m}")
