@@ -32,10 +32,10 @@ def _():
 
 @app.cell
 def _():
-    model = mo.ui.dropdown(["mingpt", "resnet", "unet", "mlp"], value="mingpt", label="model")
-    _have = wb.available_modes()  # TorchTPU's modes appear where TorchTPU finds a chip
-    modes = mo.ui.multiselect(_have, label="modes", value=[
-        m for m in ["torch_eager", "eager", "lazy", "compile", "dynamo"] if m in _have])
+    model = mo.ui.dropdown(wb.model_names(), value="mingpt", label="model")
+    # TorchTPU's modes appear where TorchTPU finds a chip; inductor is offered, not picked
+    modes = mo.ui.multiselect(wb.available_modes(), label="modes",
+                              value=wb.comparison_modes())
     steps = mo.ui.slider(5, 60, value=20, step=5, label="steps", show_value=True)
     cold = mo.ui.checkbox(value=True, label="fresh worker per mode (cold compile)")
     mo.hstack([model, modes, steps, cold], justify="start", gap=1.5, wrap=True)

@@ -30,8 +30,10 @@ def _():
 
 @app.cell
 def _():
-    model = mo.ui.dropdown(["mingpt", "resnet", "unet", "mlp"], value="mingpt", label="model")
-    mode = mo.ui.dropdown(["compile", "lazy", "dynamo", "eager"], value="compile", label="mode")
+    model = mo.ui.dropdown(wb.model_names(), value="mingpt", label="model")
+    _modes = wb.hlo_modes()  # the modes that compile HLO here
+    mode = mo.ui.dropdown(_modes, value="compile" if "compile" in _modes else _modes[0],
+                          label="mode")
     mo.hstack([model, mode], justify="start", gap=2)
     return mode, model
 
@@ -78,8 +80,8 @@ def _(ops_after):
 
 @app.cell
 def _():
-    target = mo.ui.dropdown(["this host (measured)", "v6e", "v5e", "v5p"],
-                            value="this host (measured)", label="roofline against")
+    _targets = wb.roofline_targets()
+    target = mo.ui.dropdown(_targets, value=_targets[0], label="roofline against")
     target
     return (target,)
 
@@ -88,16 +90,13 @@ def _():
 def _(after, result, target):
     _cost = hlo.per_op_cost(after)
     _timed = profiling.op_costs_with_times(_cost, profiling.load_profile(result).ops)
-    if target.value.startswith("this host"):
-        _host = wb.host_peak_flops()
-        _peak, _bw, _data = _host["peak_flops"], _host["bandwidth_bytes_per_s"], _timed
-        _what = "measured time per op on this host"
-    else:
-        _chip = wb.get_chip(target.value)
-        _peak, _bw, _data = _chip.peak_flops, _chip.hbm_gbps * 1e9, _cost
-        _what = f"where each op could sit on one {_chip.name} chip"
+    _peak, _bw, _source = wb.roofline_roof(target.value)
+    _host = target.value == wb.roofline_targets()[0]
+    # on this host: each op at its measured time; on a chip: where its FLOPs and bytes put it
+    _what = "measured time per op" if _host else "where each op could sit"
     mo.vstack([
-        wb.charts.roofline(_data, _peak, _bw, title=f"roofline: {_what}"),
+        wb.charts.roofline(_timed if _host else _cost, _peak, _bw,
+                           title=f"roofline: {_what}, {_source}"),
         mo.md("Left of the ridge an op is limited by memory bandwidth, right of it by compute. "
               "Elementwise fusions sit far left: on a TPU they are cheap only when fused into "
               "the matmuls around them."),

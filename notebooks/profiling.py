@@ -30,7 +30,7 @@ def _():
 
 @app.cell
 def _():
-    model = mo.ui.dropdown(["mingpt", "resnet", "unet", "mlp"], value="mingpt", label="model")
+    model = mo.ui.dropdown(wb.model_names(), value="mingpt", label="model")
     mode = mo.ui.dropdown(wb.available_modes(), value="compile", label="mode")
     steps = mo.ui.slider(3, 30, value=10, label="steps", show_value=True)
     mo.hstack([model, mode, steps], justify="start", gap=2)

@@ -9,7 +9,7 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
-    from tpu_workbench import dtensor_sharding, hlo, profiling, sharding
+    from tpu_workbench import hlo, profiling, sharding
     from tpu_workbench import notebook as nb
 
     SMOKE = wb.smoke_mode()
@@ -209,30 +209,12 @@ def _():
 def _(backend, mesh, model, strategy):
     _shape = sharding.MESHES[mesh.value]
     _model = SMOKE_MODEL if SMOKE else model.value
-    if backend["torch_xla_installed"]:
-        _spec = wb.ExperimentSpec(model=_model, preset="tiny", mode="compile", steps=2,
-                                  mesh=_shape, num_devices=math.prod(_shape),
-                                  strategy=strategy.value)
-        with mo.status.spinner(title=f"training 2 steps on a {mesh.value} mesh"):
-            layout = sharding.layout_frame(wb.run(_spec))
-        _how = ("The *sharding* notebook shows every tensor, memory per device and the "
-                "collectives XLA inserted.")
-    else:
-        # No torch_xla here (the TorchTPU environment): DTensor lays the model out instead, one
-        # process per device (gloo on CPU without a chip, TorchTPU's tpu_dist on one), into the
-        # same layout table and chart. Smoke runs (CI) use two processes.
-        if SMOKE:
-            _shape = (1, 2)
-        with mo.status.spinner(title=f"DTensor: {math.prod(_shape)} processes"):
-            layout = sharding.layout_frame(dtensor_sharding.layout(
-                _model, "tiny", _shape, strategy.value))
-        _how = ("**No torch_xla in this environment**, so no SPMD partitioner: this layout comes "
-                f"from DTensor (`distribute_tensor`), one process per device of the "
-                f"{sharding.mesh_text(_shape)} mesh, as TorchTPU shards on a TPU host.")
-    _params = layout[layout["tensor_kind"] == "param"]
-    largest = _params.sort_values("shard_bytes", ascending=False)["tensor"].iloc[0]
+    # SPMD where torch_xla is installed, else DTensor over one process per device
+    with mo.status.spinner(title=f"laying {_model} out on a {mesh.value} mesh"):
+        layout, _shape, _how = nb.mesh_layout(_model, _shape, strategy.value, smoke=SMOKE)
+    largest = sharding.largest_split_tensor(layout)
     mo.vstack([
-        mo.md(f"**{sharding.STRATEGIES[strategy.value]}.** The largest parameter, "
+        mo.md(f"**{sharding.STRATEGIES[strategy.value]}.** The largest parameter it splits, "
               f"`{largest}`, on the {sharding.mesh_text(_shape)} mesh:"),
         wb.charts.layout_grid(layout, largest, _shape),
         mo.md(_how),
@@ -245,8 +227,8 @@ def _():
     mo.md(r"""
     ## Workshop exercise
 
-    With the mesh and strategy picked above, **how many devices hold each slice of the largest
-    parameter** (its replicas: the cells of one colour)? Work it out from the strategy (which
+    With the mesh and strategy picked above, **how many devices hold each slice of the parameter
+    drawn above** (its replicas: the cells of one colour)? Work it out from the strategy (which
     mesh axis splits that weight, if any?), then enter it and change the strategy to try again.
     """)
     return

@@ -48,7 +48,7 @@ def _():
 @app.cell
 def _():
     steps = mo.ui.slider(10, 200, value=60, step=10, label="training steps", show_value=True)
-    mode = mo.ui.dropdown(["compile", "lazy", "torch_eager"], value="compile", label="mode")
+    mode = mo.ui.dropdown(wb.available_modes(), value=wb.default_modes()[-1], label="mode")
     mo.hstack([steps, mode], justify="start", gap=2)
     return mode, steps
 

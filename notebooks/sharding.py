@@ -4,7 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Sharding: a model laid out on a TPU slice")
 
 with app.setup:
-    import math
 
     import marimo as mo
 
@@ -36,7 +35,7 @@ def _():
 def _():
     mesh = mo.ui.dropdown(list(sharding.MESHES), value="v6e-8", label="mesh")
     strategy = mo.ui.dropdown(list(sharding.STRATEGIES), value="dp_tp", label="strategy")
-    model = mo.ui.dropdown(["mingpt", "resnet", "unet", "mlp"], value="mingpt", label="model")
+    model = mo.ui.dropdown(wb.model_names(), value="mingpt", label="model")
     mo.hstack([model, mesh, strategy], justify="start", gap=2)
     return mesh, model, strategy
 
@@ -49,7 +48,7 @@ def _(mesh, model, strategy):
     if len(mesh_shape) == 1 and _strategy in ("tp", "dp_tp"):
         _strategy = "dp"  # tensor parallelism needs a 2-D (data, model) mesh
     spec = wb.ExperimentSpec(model=_model, preset="tiny", mode="compile", steps=3,
-                             mesh=mesh_shape, num_devices=math.prod(mesh_shape),
+                             mesh=mesh_shape,
                              strategy=_strategy, capture=("hlo",))
     with mo.status.spinner(title=f"{_strategy} on a {mesh.value} mesh: compiling and training"):
         result = wb.run(spec)
@@ -62,9 +61,8 @@ def _(mesh, model, strategy):
 
 @app.cell
 def _(layout):
-    _names = sorted(layout["tensor"].unique(), key=lambda n: -layout[
-        layout["tensor"] == n]["shard_bytes"].max())
-    tensor = mo.ui.dropdown(_names, value=_names[0], label="tensor")
+    tensor = mo.ui.dropdown(sharding.tensors_by_size(layout),
+                            value=sharding.largest_split_tensor(layout), label="tensor")
     tensor
     return (tensor,)
 

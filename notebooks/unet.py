@@ -58,7 +58,7 @@ def _(cfg):
 @app.cell
 def _():
     steps = mo.ui.slider(20, 400, value=150, step=10, label="training steps", show_value=True)
-    mode = mo.ui.dropdown(["compile", "lazy", "torch_eager"], value="compile", label="mode")
+    mode = mo.ui.dropdown(wb.available_modes(), value=wb.default_modes()[-1], label="mode")
     mo.hstack([steps, mode], justify="start", gap=2)
     return mode, steps
 

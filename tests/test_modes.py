@@ -97,7 +97,7 @@ def test_shape_change_is_reported_as_a_recompile_with_its_cause(results):
     assert len(events) == 1
     assert "shape" in events[0]["explanation"]
     assert events[0]["cause"] == "user torch_xla.sync"
-    assert "execution.py" in events[0]["frame"]
+    assert "worker/xla.py" in events[0]["frame"]  # the step's torch_xla.sync()
 
 
 def test_item_inside_the_step_is_explained(results):

@@ -16,6 +16,7 @@ from conftest import ROOT
 import tpu_workbench as wb
 from tpu_workbench import cli, docs, dtensor_sharding, sharding, torchtpu
 from tpu_workbench.cli import info as cli_info
+from tpu_workbench.worker import torchtpu as worker_tpu
 
 
 def test_environment_is_torchtpu_without_torch_xla():
@@ -80,10 +81,10 @@ def test_no_chip_facts_of_the_wheel():
 def test_cache_counters_and_profiler_config_run_without_a_chip(tmp_path):
     import torch_tpu  # noqa: F401
 
-    counters = torchtpu.CacheCounters()  # torch.tpu._get_cache_stats() answers (zeros)
+    counters = worker_tpu.CacheCounters()  # torch.tpu._get_cache_stats() answers (zeros)
     assert counters.delta() == {"compiles": 0, "cached": 0, "compile_ms": 0.0, "executions": 0}
     assert counters.summary()["source"] == "torch.tpu._get_cache_stats()"
-    prof = torchtpu.Profiler(tmp_path / "profile")
+    prof = worker_tpu.TorchTPUProfiler(tmp_path / "profile")
     assert type(prof.config()).__name__ == "TpuProfilerConfig"
     import torch
 
@@ -98,14 +99,14 @@ def test_stablehlo_capture_writes_what_the_callback_hands_back(tmp_path):
     from torch_tpu._internal.compile import TpuCompileDebug
 
     fields = set(TpuCompileDebug.__dataclass_fields__)
-    assert set(torchtpu.StableHLOCapture.FIELDS) <= fields
+    assert set(worker_tpu.StableHLOCapture.FIELDS) <= fields
 
     class Debug:  # a TpuCompileDebug needs a chip to be filled in
         stablehlo_forward_text = "module @fwd {}"
         stablehlo_backward_text = None
         pre_autograd_fx_readable = "graph()"
 
-    cap = torchtpu.StableHLOCapture()
+    cap = worker_tpu.StableHLOCapture()
     cap.callback(Debug())
     assert cap.collect(tmp_path) == ["graph0.forward.stablehlo.txt", "graph0.fx.txt"]
 

@@ -26,6 +26,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "CHANGES": ("spec", "CHANGES"), "CAPTURES": ("spec", "CAPTURES"),
     "RuntimeConfig": ("spec", "RuntimeConfig"), "available_modes": ("spec", "available_modes"),
     "default_modes": ("spec", "default_modes"), "runtime_config": ("spec", "runtime_config"),
+    "comparison_modes": ("spec", "comparison_modes"), "hlo_modes": ("spec", "hlo_modes"),
     "validate_xla_flags": ("xla_flags", "validate_xla_flags"),
     "model_names": ("models", "model_names"), "load_trained": ("models", "load_trained"),
     # running it
@@ -39,6 +40,8 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     # what came back
     "label": ("records", "label"), "records_frame": ("records", "records_frame"),
     "summarize": ("timing", "summarize"), "summarize_results": ("timing", "summarize_results"),
+    "roofline_targets": ("timing", "roofline_targets"),
+    "roofline_roof": ("timing", "roofline_roof"),
     "compile_events": ("timing", "compile_events"),
     # notebooks
     "run_live": ("notebook", "run_live"), "smoke_mode": ("notebook", "smoke_mode"),

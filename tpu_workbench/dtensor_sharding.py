@@ -78,6 +78,7 @@ def layout(model: str = "mingpt", preset: str = "tiny", mesh: Any = (2, 2),
            timeout: float = DEFAULT_TIMEOUT_S) -> list[dict[str, Any]]:
     """Lay `model` out on `mesh` with DTensor, one process per device; return layout records
     (one per tensor and device, ``kind="layout"``). Validated first, like a sharded spec."""
+    # Validate, start the ranks, collect their records: one launch, read top to bottom.
     from . import torchtpu
     from .spec import ExperimentSpec
 
@@ -141,6 +142,7 @@ def layout(model: str = "mingpt", preset: str = "tiny", mesh: Any = (2, 2),
 # One rank (a process of its own)
 # --------------------------------------------------------------------------------------------
 def _rank_main(job_file: str, rank: int) -> None:
+    # What one rank does, in order: join the group, build, distribute, report; kept whole.
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh

@@ -64,6 +64,31 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None):
     return comparison
 
 
+def mesh_layout(model: str, mesh_shape: tuple[int, ...], strategy: str,
+                smoke: bool = False):
+    """Lay `model` (preset tiny) out on a mesh with the backend this environment has, and say
+    which: SPMD (torch_xla's partitioner, a 2-step run) where torch_xla is installed, else
+    DTensor with one process per device (gloo on CPU, TorchTPU's tpu_dist on a chip; two
+    processes in `smoke` runs). Returns ``(layout frame, mesh shape used, a sentence on how)``."""
+
+    from . import backends, dtensor_sharding, sharding
+    from .runner import run
+    from .spec import ExperimentSpec
+
+    if backends.have_torch_xla():
+        spec = ExperimentSpec(model=model, preset="tiny", mode="compile", steps=2,
+                              mesh=tuple(mesh_shape), strategy=strategy)
+        how = ("The *sharding* notebook shows every tensor, memory per device and the "
+               "collectives XLA inserted.")
+        return sharding.layout_frame(run(spec)), tuple(mesh_shape), how
+    shape = (1, 2) if smoke else tuple(mesh_shape)
+    layout = sharding.layout_frame(dtensor_sharding.layout(model, "tiny", shape, strategy))
+    how = ("**No torch_xla in this environment**, so no SPMD partitioner: this layout comes "
+           f"from DTensor (`distribute_tensor`), one process per device of the "
+           f"{sharding.mesh_text(shape)} mesh, as TorchTPU shards on a TPU host.")
+    return layout, shape, how
+
+
 def failed_run_callout(name: str, error: object):
     """A danger callout for a run (or a check) that failed: `name`, then the error. Its text
     begins with :data:`RUN_FAILED`, which :func:`tpu_workbench.docs.exported_problems` reports

@@ -1,7 +1,7 @@
 """Profiles of training steps, as DataFrames: events, per-HLO-op totals, per-step breakdown.
 
 A run with ``capture=("profile",)`` records a trace of its steps in the worker (see
-``execution.Profiler``): for XLA modes torch_xla's profiler writes
+``tpu_workbench.worker``): for XLA modes torch_xla's profiler writes
 ``profile/plugins/profile/<time>/<host>.xplane.pb`` (open in XProf/TensorBoard) and
 ``<host>.trace.json.gz`` (open in Perfetto or chrome://tracing), with one event per executed HLO
 op; each step is marked by a ``train_step`` event carrying its ``step_num``. Plain-PyTorch modes

@@ -1,6 +1,6 @@
 """The one documented place for the records a run streams and the DataFrames made of them.
 
-A worker streams one JSON record per event (:mod:`tpu_workbench.execution` writes them); each has
+A worker streams one JSON record per event (:mod:`tpu_workbench.worker.train` writes them); each has
 a ``kind``:
 
 ============ ==================================================================================

@@ -161,6 +161,23 @@ class Worker:
     def busy(self) -> bool:
         return self._lock.locked()
 
+    def reserve(self) -> None:
+        """Wait until no run holds this worker, then hold it (for :func:`submit`)."""
+        self._lock.acquire()
+        if not self.alive:  # died while we waited for it
+            self._lock.release()
+            raise WorkerCrashed(self.death_message(), stderr_tail=self.stderr_tail())
+
+    def attach(self, run: Run) -> None:
+        """Route the worker's messages to `run` from now on."""
+        self._current = run
+
+    def release(self) -> None:
+        """The held run is over: messages go nowhere, the next run may start."""
+        self._current = None
+        if self._lock.locked():
+            self._lock.release()
+
     def stderr_tail(self, n: int = 30) -> str:
         return "\n".join(list(self.stderr_lines)[-n:])
 
@@ -251,7 +268,7 @@ class Run:
 
     def _start(self) -> None:
         self.partial_dir.mkdir(parents=True, exist_ok=True)
-        self.worker._current = self
+        self.worker.attach(self)
         self.worker.runs_started += 1
         self._timer.start()
         self.worker.send({"op": "run", "task": self.task, "run_id": self.run_id,
@@ -309,9 +326,7 @@ class Run:
             self._result = RunResult(self.spec, self.run_id, dict(self.worker.info), self.records,
                                      summary or {}, self.final_dir, wall,
                                      artifacts=_artifacts(self.final_dir))
-        self.worker._current = None
-        if self.worker._lock.locked():
-            self.worker._lock.release()
+        self.worker.release()
         with self._cond:
             self.error = error
             self.state = state
@@ -476,16 +491,12 @@ def submit(spec: ExperimentSpec, *, timeout: float = DEFAULT_RUN_TIMEOUT_S,
     spec.validate()
     config = runtime_config(spec)
     worker = (pool or default_pool()).worker(config)
-    worker._lock.acquire()
-    if not worker.alive:  # died while we waited for it
-        worker._lock.release()
-        raise WorkerCrashed(worker.death_message(), stderr_tail=worker.stderr_tail())
+    worker.reserve()
     run = Run(worker, spec, task, timeout, out_dir)
     try:
         run._start()
     except BaseException:
-        worker._current = None
-        worker._lock.release()
+        worker.release()
         raise
     return run
 

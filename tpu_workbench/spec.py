@@ -63,6 +63,18 @@ def default_modes() -> list[str]:
             return wanted
     return ["torch_eager"]
 
+def comparison_modes() -> list[str]:
+    """The modes a side-by-side comparison starts with: every mode that runs here except
+    inductor, whose cold compile takes 6-32 s on two cores (offered, not picked)."""
+    return [m for m in available_modes() if m != "inductor"]
+
+
+def hlo_modes() -> list[str]:
+    """The modes that run here and compile HLO (``capture="hlo"``): torch_xla's, and
+    TorchTPU's ``tpu_compile`` (StableHLO) on a chip."""
+    return [m for m in available_modes() if MODES[m].runtime == "xla" or m == "tpu_compile"]
+
+
 CAPTURES = ("hlo", "profile", "checkpoint")
 # What a run can change at step `change_at`, to show what makes XLA compile again.
 CHANGES = {
@@ -153,7 +165,8 @@ class ExperimentSpec:
         batch_size: None for the preset's default.
         seed: seeds the weights and the generated data.
         device: ``auto`` (TPU if one is free, else CPU), ``cpu``, ``tpu`` or ``cuda``.
-        num_devices: virtual XLA:CPU devices (8 = a v6e-8 host). Ignored on a TPU.
+        num_devices: virtual XLA:CPU devices; None (the default): the mesh's device count, or 8
+            (a v6e-8 host) without a mesh. Ignored on a TPU. :attr:`device_count` says which.
         mesh, strategy: SPMD device mesh shape and sharding strategy (sharding issue).
         xla_flags: extra ``XLA_FLAGS``, e.g. ``("--xla_cpu_use_thunk_runtime=true",)``.
         capture: artifacts to capture in the worker: ``hlo`` (XLA's dumps), ``profile`` (a
@@ -177,7 +190,7 @@ class ExperimentSpec:
     batch_size: int | None = None
     seed: int = 0
     device: str = "auto"
-    num_devices: int = backends.DEFAULT_CPU_DEVICES
+    num_devices: int | None = None
     mesh: tuple[int, ...] | None = None
     strategy: str | None = None
     xla_flags: tuple[str, ...] = ()
@@ -200,6 +213,16 @@ class ExperimentSpec:
             elif isinstance(value, list):
                 value = tuple(value)
             object.__setattr__(self, name, value)
+
+    @property
+    def device_count(self) -> int:
+        """The XLA:CPU devices the run gets: `num_devices`, else the mesh's, else 8."""
+        if self.num_devices is not None:
+            return self.num_devices
+        if isinstance(self.mesh, tuple) and self.mesh and all(
+                _is_int(n) and n > 0 for n in self.mesh):
+            return math.prod(self.mesh)
+        return backends.DEFAULT_CPU_DEVICES
 
     def replace(self, **changes: Any) -> ExperimentSpec:
         """A copy with some fields changed (validated again when run)."""
@@ -224,6 +247,7 @@ class ExperimentSpec:
 
     def validate(self) -> ExperimentSpec:
         """Check every field; raise :class:`SpecError` naming the bad value. Returns self."""
+        # One check per field, in the order a reader finds them in the dataclass: long, not deep.
         from . import models  # imports torch (not torch_xla)
 
         _check_types(self)  # first: the checks below look values up in dicts and do arithmetic
@@ -238,9 +262,10 @@ class ExperimentSpec:
             _positive_int("batch_size", self.batch_size)
         if self.device not in DEVICES:
             raise SpecError(f"unknown device {self.device!r}; valid: {', '.join(DEVICES)}")
-        _positive_int("num_devices", self.num_devices)
-        if self.num_devices > MAX_CPU_DEVICES:
-            raise SpecError(f"num_devices={self.num_devices} is more than the "
+        if self.num_devices is not None:
+            _positive_int("num_devices", self.num_devices)
+        if self.device_count > MAX_CPU_DEVICES:
+            raise SpecError(f"num_devices={self.device_count} is more than the "
                             f"{MAX_CPU_DEVICES} virtual devices XLA:CPU is tested with")
         for c in self.capture:
             if c not in CAPTURES:
@@ -269,7 +294,7 @@ class ExperimentSpec:
             if MODES[self.mode].runtime != "xla":
                 raise SpecError(f"mesh={self.mesh} needs an XLA mode (SPMD); mode {self.mode!r} "
                                 "runs on plain PyTorch")
-            if math.prod(self.mesh) != self.num_devices:
+            if self.num_devices is not None and math.prod(self.mesh) != self.num_devices:
                 raise SpecError(
                     f"mesh {'x'.join(map(str, self.mesh))} has {math.prod(self.mesh)} devices but "
                     f"num_devices={self.num_devices}; use a mesh whose sizes multiply to "
@@ -425,7 +450,7 @@ def runtime_config(spec: ExperimentSpec) -> RuntimeConfig:
     mode = MODES[spec.mode]
     device = resolve_device(mode.runtime, spec.device)
     if mode.runtime == "xla":
-        n = spec.num_devices if device == "cpu" else 0  # 0: all chips the TPU host has
+        n = spec.device_count if device == "cpu" else 0  # 0: all chips the TPU host has
         explain = spec.explain_compiles
         if explain is None:
             explain = spec.change is not None

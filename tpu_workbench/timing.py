@@ -87,6 +87,30 @@ def peak_flops(runtime: dict, spec_mesh: tuple[int, ...] | None = None) -> tuple
     return host["peak_flops"], f"host CPU fp32 matmul peak, measured at {host['measured_at']}"
 
 
+HOST_ROOF = "this host (measured)"
+
+
+def roofline_targets() -> list[str]:
+    """What a roofline can be drawn against: this host's measured roof, then each chip."""
+    from .chips import CHIPS
+
+    return [HOST_ROOF, *CHIPS]
+
+
+def roofline_roof(target: str) -> tuple[float, float, str]:
+    """(peak FLOP/s, memory bandwidth in bytes/s, where they come from) of a roofline target:
+    :data:`HOST_ROOF` (the host's measured fp32 matmul peak and copy bandwidth) or a chip of
+    the table (bf16 peak and HBM bandwidth, published)."""
+    from . import backends, chips
+
+    if target == HOST_ROOF:
+        host = backends.host_peak_flops()
+        return (host["peak_flops"], host["bandwidth_bytes_per_s"],
+                f"this host, measured at {host['measured_at']}")
+    chip = chips.get_chip(target)
+    return chip.peak_flops, chip.hbm_gbps * 1e9, f"one {chip.name} chip (published)"
+
+
 def honest_peak(achieved: float, runtime: dict,
                 spec_mesh: tuple[int, ...] | None = None) -> tuple[float, str]:
     """:func:`peak_flops`, never below what a run achieved.

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
-from typing import Any
 
 from .. import sharding
 from ..errors import SpecError
@@ -49,12 +47,9 @@ def spec_from_args(args: argparse.Namespace):
         xla_modes = [m for m, v in MODES.items() if v.runtime == "xla"]
         raise SpecError(f"mode {args.mode!r} runs on plain PyTorch and compiles no HLO; use one "
                         f"of {', '.join(xla_modes)}")
-    extra: dict[str, Any] = {}
-    if mesh is not None:
-        extra["num_devices"] = math.prod(mesh)
     spec = ExperimentSpec(model=args.model, preset=args.preset, mode=args.mode, steps=args.steps,
                           batch_size=getattr(args, "batch_size", None), mesh=mesh,
-                          strategy=getattr(args, "strategy", None), capture=("hlo",), **extra)
+                          strategy=getattr(args, "strategy", None), capture=("hlo",))
     return spec.validate()
 
 

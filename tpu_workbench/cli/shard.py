@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from ..sharding import (
     STRATEGIES,
     collectives_frame,
     ici_assumptions,
+    largest_split_tensor,
     layout_frame,
     memory_per_device,
     mesh_text,
@@ -68,39 +68,20 @@ def specs_from_args(args: argparse.Namespace) -> list[ExperimentSpec]:
         strategy_name(name)
         specs.append(ExperimentSpec(model=args.model, preset=args.preset, mode=args.mode,
                                     steps=args.steps, batch_size=args.batch_size, mesh=mesh,
-                                    strategy=name, num_devices=math.prod(mesh),
+                                    strategy=name,
                                     capture=("hlo",)))
     for spec in specs:
         spec.validate()
     return specs
 
 
-def _default_tensor(layout: pd.DataFrame) -> str:
-    params = layout[layout["tensor_kind"] == "param"]
-    if params.empty:
-        return str(layout["tensor"].iloc[0])
-    per = params.groupby("tensor", sort=False).agg(
-        pieces=("index_label", "nunique"), size=("data_bytes", "max"))
-    split = per[per["pieces"] > 1]
-    return str((split if len(split) else per)["size"].idxmax())
-
-
-def shard(args: argparse.Namespace) -> int:
-    """``tpu-workbench shard``: run strategies on a mesh; write layout.csv, memory.csv,
-    collectives.csv, summary.json and charts (HTML + PNG) to ``--out``."""
-    import pandas as pd
-
+def _run_all(specs: list[ExperimentSpec], baseline: bool,
+             errors: dict[str, str]) -> tuple[list[Any], Any]:
+    """Run each strategy's spec (and the one-device baseline); failures go into `errors`."""
     from .. import runner
-    from ..charts import save_chart
-    from ..charts import sharding as sharding_charts
     from ..errors import WorkbenchError
-    from ..paths import writable_folder
 
-    out = writable_folder(args.out)
-    specs = specs_from_args(args)  # bad input fails here, before any worker starts
-    if args.tensor is not None and not isinstance(args.tensor, str):
-        raise SpecError(f"--tensor must be a name, got {args.tensor!r}")
-    results, errors = [], {}
+    results = []
     for spec in specs:
         print(f"running {spec.model}/{spec.preset} {spec.strategy} on mesh "
               f"{mesh_text(spec.mesh)} ({spec.steps} steps)...", file=sys.stderr)
@@ -108,31 +89,78 @@ def shard(args: argparse.Namespace) -> int:
             results.append(runner.run(spec))
         except WorkbenchError as exc:
             errors[spec.strategy] = str(exc)
-    baseline = None
-    if args.baseline and specs:
+    single = None
+    if baseline and specs:
         try:
-            baseline = runner.run(specs[0].replace(mesh=None, strategy=None, capture=()))
+            single = runner.run(specs[0].replace(mesh=None, strategy=None, capture=()))
         except WorkbenchError as exc:
             errors["single"] = str(exc)
+    return results, single
 
-    def tagged(frame: pd.DataFrame, result: Any) -> pd.DataFrame:
-        frame.insert(0, "strategy", strategy_name(result.spec.strategy))
-        return frame
 
-    layout = pd.concat([tagged(layout_frame(r), r) for r in results], ignore_index=True) \
+def _tagged(frame: pd.DataFrame, result: Any) -> pd.DataFrame:
+    frame.insert(0, "strategy", strategy_name(result.spec.strategy))
+    return frame
+
+
+def _frames(results: list[Any], chip: str,
+            errors: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Layouts, memory and collectives of every run, with a ``strategy`` column."""
+    layout = pd.concat([_tagged(layout_frame(r), r) for r in results], ignore_index=True) \
         if results else pd.DataFrame(columns=["strategy", *LAYOUT_COLUMNS])
-    memory = pd.concat([tagged(memory_per_device(r), r) for r in results], ignore_index=True) \
+    memory = pd.concat([_tagged(memory_per_device(r), r) for r in results], ignore_index=True) \
         if results else pd.DataFrame(columns=["strategy", *MEMORY_COLUMNS])
     colls = []
     for r in results:
         try:
-            colls.append(tagged(collectives_frame(r, chip=args.chip), r))
+            colls.append(_tagged(collectives_frame(r, chip=chip), r))
         except ValueError as exc:
             errors[f"{r.spec.strategy} collectives"] = str(exc)
     collectives = pd.concat(colls, ignore_index=True) if colls \
         else pd.DataFrame(columns=["strategy", *COLLECTIVE_COLUMNS])
-    summary = summary_frame(results + ([baseline] if baseline else []))
+    return layout, memory, collectives
 
+
+def _charts(out: Path, results: list[Any], tensor: str | None, layout: pd.DataFrame,
+            memory: pd.DataFrame, collectives: pd.DataFrame, summary: pd.DataFrame,
+            errors: dict[str, str]) -> list[Path]:
+    """The layout of `tensor` per strategy, memory, collectives and step times (HTML + PNG)."""
+    from ..charts import save_chart
+    from ..charts import sharding as sharding_charts
+
+    written: list[Path] = []
+    first = layout[layout["strategy"] == strategy_name(results[0].spec.strategy)]
+    tensor = tensor or largest_split_tensor(first)
+    for r in results:
+        s = strategy_name(r.spec.strategy)
+        frame = layout[(layout["strategy"] == s) & (layout["tensor"] == tensor)]
+        if frame.empty:
+            errors[f"{s} layout"] = (f"no tensor {tensor!r}; tensors: "
+                                     + ", ".join(layout["tensor"].unique()[:8]) + "...")
+            continue
+        written += save_chart(sharding_charts.layout_grid(frame, tensor, r.spec.mesh),
+                              out, f"layout_{s}")
+    written += save_chart(sharding_charts.memory_bars(memory), out, "memory")
+    if len(collectives):
+        written += save_chart(sharding_charts.collective_bytes(collectives), out, "collectives")
+    if len(summary):
+        written += save_chart(sharding_charts.step_time_per_strategy(summary), out, "step_time")
+    return written
+
+
+def shard(args: argparse.Namespace) -> int:
+    """``tpu-workbench shard``: run strategies on a mesh; write layout.csv, memory.csv,
+    collectives.csv, summary.json and charts (HTML + PNG) to ``--out``."""
+    from ..paths import writable_folder
+
+    out = writable_folder(args.out)
+    specs = specs_from_args(args)  # bad input fails here, before any worker starts
+    if args.tensor is not None and not isinstance(args.tensor, str):
+        raise SpecError(f"--tensor must be a name, got {args.tensor!r}")
+    errors: dict[str, str] = {}
+    results, baseline = _run_all(specs, args.baseline, errors)
+    layout, memory, collectives = _frames(results, args.chip, errors)
+    summary = summary_frame(results + ([baseline] if baseline else []))
     written = []
     for name, frame in {"layout.csv": layout, "memory.csv": memory,
                         "collectives.csv": collectives.drop(columns=["replica_groups"])}.items():
@@ -143,26 +171,9 @@ def shard(args: argparse.Namespace) -> int:
     (out / "summary.json").write_text(json.dumps(
         {"runs": summary.to_dict(orient="records"), "errors": errors}, indent=2, default=str))
     written.append(out / "summary.json")
-
     if results:
-        first = layout[layout["strategy"] == strategy_name(results[0].spec.strategy)]
-        tensor = args.tensor or _default_tensor(first)
-        for r in results:
-            s = strategy_name(r.spec.strategy)
-            frame = layout[(layout["strategy"] == s) & (layout["tensor"] == tensor)]
-            if frame.empty:
-                errors[f"{s} layout"] = (f"no tensor {tensor!r}; tensors: "
-                                         + ", ".join(layout["tensor"].unique()[:8]) + "...")
-                continue
-            written += save_chart(sharding_charts.layout_grid(frame, tensor, r.spec.mesh),
-                                   out, f"layout_{s}")
-        written += save_chart(sharding_charts.memory_bars(memory), out, "memory")
-        if len(collectives):
-            written += save_chart(sharding_charts.collective_bytes(collectives), out,
-                                   "collectives")
-        if len(summary):
-            written += save_chart(sharding_charts.step_time_per_strategy(summary), out,
-                                   "step_time")
+        written += _charts(out, results, args.tensor, layout, memory, collectives, summary,
+                           errors)
     if len(summary):
         cols = [c for c in ["strategy", "mesh", "first_step_ms", "steady_median_ms",
                             "final_loss", "collectives", "collective_bytes",

@@ -340,6 +340,7 @@ def parse_hlo(text: str) -> HloModule:
 
     Raises :class:`HloParseError` naming the line when the text is not HLO.
     """
+    # One pass over the text, line by line; its state (module, computation) stays in one place.
     if isinstance(text, HloModule):
         return text
     if not isinstance(text, str):

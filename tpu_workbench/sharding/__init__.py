@@ -46,8 +46,8 @@ resharding of its own; widths must still divide by the model axis (checked by :f
 Where things run: :func:`validate`, :func:`param_specs`, :func:`predicted_layout`,
 :func:`shard_tensor_spec` and everything that reads results (:func:`layout_frame`,
 :func:`memory_per_device`, :func:`collectives_frame`, :func:`fits`) never import torch_xla;
-:func:`make_mesh`, :func:`shard_model`, :func:`shard_optimizer_state`, :func:`shard_batch` and
-:func:`layout_records` run in the worker.
+:mod:`tpu_workbench.worker.spmd` applies a strategy in the worker (``mark_sharding``) and
+reads back what torch_xla made of it.
 
 Layout records (one per tensor and device, streamed as ``kind="layout"`` before training; also
 what :func:`predicted_layout` returns; columns of :func:`layout_frame`):
@@ -89,9 +89,11 @@ from .collectives import (
 )
 from .layout import (
     LAYOUT_COLUMNS,
+    largest_split_tensor,
     layout_frame,
     predicted_layout,
     shard_tensor_spec,
+    tensors_by_size,
     tile_shape,
 )
 from .memory import (
@@ -120,13 +122,6 @@ from .mesh import (
     partition_text,
     strategy_name,
 )
-from .spmd import (
-    layout_records,
-    make_mesh,
-    shard_batch,
-    shard_model,
-    shard_optimizer_state,
-)
 from .strategies import (
     ROW_PARALLEL,
     buffer_specs,
@@ -139,6 +134,8 @@ from .summary import (
 )
 
 __all__ = [
+    "largest_split_tensor",
+    "tensors_by_size",
     "AXES_1D",
     "AXES_2D",
     "DEFAULT_STRATEGY",
@@ -167,11 +164,6 @@ __all__ = [
     "predicted_layout",
     "shard_tensor_spec",
     "tile_shape",
-    "layout_records",
-    "make_mesh",
-    "shard_batch",
-    "shard_model",
-    "shard_optimizer_state",
     "MEMORY_COLUMNS",
     "fits",
     "memory_per_device",

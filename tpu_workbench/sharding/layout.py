@@ -135,6 +135,24 @@ def _records_of(result_or_records: Any) -> list[dict[str, Any]]:
     return list(getattr(result_or_records, "records", result_or_records) or [])
 
 
+def tensors_by_size(layout: pd.DataFrame) -> list[str]:
+    """The tensors of a layout frame, largest per-device buffer first."""
+    sizes = layout.groupby("tensor", sort=False)["shard_bytes"].max()
+    return list(sizes.sort_values(ascending=False, kind="stable").index)
+
+
+def largest_split_tensor(layout: pd.DataFrame) -> str:
+    """The parameter a layout picture shows by default: the largest one split over devices (the
+    largest of all where none is split; the first tensor where there is no parameter)."""
+    params = layout[layout["tensor_kind"] == "param"]
+    if params.empty:
+        return str(layout["tensor"].iloc[0])
+    per = params.groupby("tensor", sort=False).agg(
+        pieces=("index_label", "nunique"), size=("data_bytes", "max"))
+    split = per[per["pieces"] > 1]
+    return str((split if len(split) else per)["size"].idxmax())
+
+
 def layout_frame(records: Any) -> pd.DataFrame:
     """Layout records (``kind == "layout"``) of a run, or predicted ones, as a DataFrame.
 

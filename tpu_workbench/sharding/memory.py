@@ -59,7 +59,7 @@ def memory_per_device(result_or_records: Any, hlo_dir: str | Path | None = None,
     if hlo_dir is not None:
         report = step_file(Path(hlo_dir), "memory-usage-report.txt")
         if report is not None:
-            from . import hlo
+            from .. import hlo
 
             xla_total = float(hlo.memory_report(report.read_text())["total_bytes"])
     frame["xla_total_bytes"] = xla_total

@@ -139,7 +139,7 @@ def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | Non
     import pandas as pd
     import torch
 
-    from . import models
+    from .. import models
 
     family = models.get_model(model)
     cfg = family.config(preset, **(options or {}))

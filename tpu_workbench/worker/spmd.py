@@ -1,6 +1,5 @@
-"""The worker side: one mesh per run, ``mark_sharding`` on parameters, optimizer state and
-inputs, and the layouts torch_xla really made (the only part of ``sharding`` that imports
-torch_xla)."""
+"""SPMD in the worker: one mesh per run, ``mark_sharding`` on parameters, optimizer state and
+inputs per a strategy of :mod:`tpu_workbench.sharding`, and the layouts torch_xla really made."""
 
 from __future__ import annotations
 
@@ -12,9 +11,9 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-from .layout import layout_record, tile_shape
-from .mesh import Partition, axis_names, batch_partition, strategy_name
-from .strategies import buffer_specs, param_specs
+from ..sharding.layout import layout_record, tile_shape
+from ..sharding.mesh import Partition, axis_names, batch_partition, strategy_name
+from ..sharding.strategies import buffer_specs, param_specs
 
 
 def make_mesh(mesh_shape: Sequence[int]) -> Any:

@@ -1,4 +1,4 @@
-"""The worker process: runs experiments for one runtime configuration.
+"""The worker process's protocol: it runs experiments for one runtime configuration.
 
 The runner starts it as ``python -m tpu_workbench.worker`` with the environment of a
 :class:`~tpu_workbench.spec.RuntimeConfig` (``PJRT_DEVICE``, ``CPU_NUM_DEVICES``, ``XLA_FLAGS``,
@@ -26,6 +26,8 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Any
+
+from .backend import backend_for
 
 
 class Cancelled(Exception):
@@ -74,58 +76,25 @@ def _json_default(obj: Any) -> Any:
 
 
 def runtime_info() -> dict[str, Any]:
-    """Import the runtime named by the environment and describe the devices it sees."""
-    info: dict[str, Any] = {"pid": os.getpid()}
+    """Import the runtime the environment names and describe the devices it sees."""
     import torch
 
-    info["torch"] = torch.__version__
+    return {"pid": os.getpid(), "torch": torch.__version__,
+            **backend_for(runtime_from_env()).runtime_info()}
+
+
+def runtime_from_env() -> str:
+    """The worker's runtime, from the environment its RuntimeConfig set."""
     if os.environ.get("TPU_WORKBENCH_RUNTIME") == "torch_tpu":
-        from .torchtpu import runtime_info as torchtpu_info
-
-        info.update(torchtpu_info())
-    elif os.environ.get("PJRT_DEVICE"):
-        import torch_xla
-        import torch_xla.core.xla_model as xm
-        import torch_xla.runtime as xr
-
-        cache = os.environ.get("TPU_WORKBENCH_XLA_CACHE")
-        if cache:  # must come before the first compilation of the process
-            Path(cache).mkdir(parents=True, exist_ok=True)
-            xr.initialize_cache(cache, readonly=False)
-            info["persistent_cache"] = cache
-        if os.environ.get("XLA_USE_SPMD") == "1":
-            xr.use_spmd()
-        device = torch_xla.device()
-        try:
-            kind = xm.xla_device_kind(device)  # PJRT's kind: "TPU v6 lite", "cpu"
-        except RuntimeError:  # SPMD: the virtual device "SPMD:0" has no kind to ask for
-            from .backends import tpu_kind_on_pci
-
-            hw = xm.xla_device_hw(device)
-            kind = (tpu_kind_on_pci() or "TPU") if hw == "TPU" else hw.lower()
-        info.update(
-            runtime="xla",
-            torch_xla=torch_xla.__version__,
-            pjrt_device=xr.device_type(),
-            device=str(device),
-            device_hw=xm.xla_device_hw(device),  # "TPU" / "CPU": the hardware type
-            device_kind=kind,
-            device_count=xr.global_runtime_device_count(),
-            addressable_devices=xr.addressable_runtime_device_count(),
-            spmd=xr.is_spmd(),
-        )
-    else:
-        info.update(runtime="torch", device="cuda" if torch.cuda.is_available() else "cpu",
-                    device_count=max(torch.cuda.device_count(), 1),
-                    threads=torch.get_num_threads())
-    return info
+        return "torch_tpu"
+    return "xla" if os.environ.get("PJRT_DEVICE") else "torch"
 
 
 def _run_task(task: str, ctx: TaskContext, spec: dict[str, Any]) -> dict[str, Any]:
     if task == "train":
-        from .execution import train
+        from .train import train
 
-        return train(ctx, spec)
+        return train(ctx, spec, backend_for(runtime_from_env()))
     if task == "probe":
         return runtime_info()
     raise ValueError(f"unknown task {task!r}")
@@ -163,6 +132,3 @@ def main() -> None:
             _send(channel, {"type": "error", "run_id": run_id, "etype": type(exc).__name__,
                             "message": str(exc), "traceback": traceback.format_exc()})
 
-
-if __name__ == "__main__":
-    main()

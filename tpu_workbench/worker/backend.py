@@ -1,0 +1,171 @@
+"""What every runtime's Backend object has, and the parts of a training step they share.
+
+A :class:`Backend` is one runtime inside a worker (torch_xla, plain PyTorch, TorchTPU). Its
+methods read in the order a run calls them (:func:`tpu_workbench.worker.train.train`): describe
+the runtime, set the model and step up, place the batches, start counting, wait for each step,
+count what it compiled, then report memory and caches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from ..spec import ExperimentSpec
+
+Batch = dict[str, torch.Tensor]
+Step = Callable[[Batch], torch.Tensor]
+
+
+class ChangeHooks:
+    """The in-step part of ``spec.change`` ("item", "keep_tensor", "dtype"), switched on at
+    change_at."""
+
+    def __init__(self, change: str | None):
+        self.change = change
+        self.active = False
+        self.kept: list[torch.Tensor] = []
+        self.device_type = "cpu"
+
+    def forward_context(self) -> Any:
+        if self.active and self.change == "dtype":
+            return torch.autocast(self.device_type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def after_loss(self, loss: torch.Tensor) -> None:
+        if not self.active:
+            return
+        if self.change == "item":
+            loss.item()  # reading a value mid-step forces XLA to run what was traced so far
+        elif self.change == "keep_tensor":
+            self.kept[:] = [loss.detach() * 2]  # one more live tensor: a new graph output
+
+
+def make_step(family: Any, model: torch.nn.Module, opt: torch.optim.Optimizer,
+              hooks: ChangeHooks) -> Step:
+    """One training step: zero the grads, forward (under the change hooks), backward, update."""
+
+    def train_step(batch: Batch) -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        with hooks.forward_context():
+            loss = family.loss(model, batch)
+        hooks.after_loss(loss)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return train_step
+
+
+def init_optimizer_state(opt: torch.optim.Optimizer) -> None:
+    """Create Adam's state up front, as its first step would, so step 0 and step 1 trace the same
+    graph (otherwise the state appearing at step 1 is a second XLA compilation)."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and not opt.state[p]:
+                opt.state[p] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                }
+
+
+def make_optimizer(spec: ExperimentSpec, family: Any,
+                   model: torch.nn.Module) -> torch.optim.Optimizer:
+    # foreach=False: one simple loop per parameter, the same program on every backend.
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr or family.default_lr, foreach=False)
+    init_optimizer_state(opt)
+    return opt
+
+
+class NoCounters:
+    """A runtime that compiles nothing (plain PyTorch eager)."""
+
+    def delta(self) -> dict[str, float]:
+        return {"compiles": 0, "cached": 0, "compile_ms": 0.0, "executions": 0}
+
+
+class Backend:
+    """One runtime in a worker. Subclasses set ``runtime`` and implement :meth:`runtime_info`
+    and :meth:`setup`; the rest has defaults for a runtime without compilations."""
+
+    runtime: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.device: torch.device = torch.device("cpu")
+        self.counters: Any = NoCounters()
+        self.capture: Any = None  # capture="hlo": what collects the compiled programs
+
+    def runtime_info(self) -> dict[str, Any]:
+        """The runtime and the devices it sees (the worker's ``ready`` message)."""
+        raise NotImplementedError
+
+    def setup(self, spec: ExperimentSpec, family: Any, model: torch.nn.Module,
+              hooks: ChangeHooks) -> Step:
+        """Put the model on the device, make its optimizer, and return the step of the mode."""
+        raise NotImplementedError
+
+    def place(self, batch: Batch) -> Batch:
+        """A batch on the device (under SPMD also laid out over the mesh)."""
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def layout_records(self, model: torch.nn.Module, batch: Batch) -> list[dict[str, Any]]:
+        """What each device holds of each tensor (SPMD runs only)."""
+        return []
+
+    def wait(self, loss: torch.Tensor | None = None) -> None:
+        """Block until the device has finished everything queued (the step that made `loss`)."""
+
+    def start_counting(self) -> None:
+        """Start counting compilations from here: moving data is not part of a step."""
+        self.wait()
+        self.counters.delta()
+
+    def step_counts(self) -> dict[str, float]:
+        """Compilations, cache hits, compile ms and executions since the last call."""
+        return self.counters.delta()
+
+    def compile_records(self, step: int, counts: dict[str, float],
+                        trigger: str) -> list[dict[str, Any]]:
+        """One ``kind="compile"`` record per compilation of `step` (XLA only)."""
+        return []
+
+    def after_evaluation(self) -> None:
+        """The evaluation compiled a graph of its own: not a training step's compile."""
+
+    def profiler(self, folder: Path) -> Any:
+        """A profiler with ``start()``, ``step(n)`` (a context) and ``stop()``, writing under
+        `folder`."""
+        raise NotImplementedError
+
+    def hlo_capture(self) -> Any:
+        """What collects the run's compiled programs (``collect(folder)``), for capture="hlo"."""
+        raise RuntimeError(f"capture='hlo' is not offered by the {self.runtime} runtime")
+
+    def memory_info(self) -> dict[str, Any]:
+        """What the backend says about memory, labelled by source (at least this worker's peak
+        RSS: XLA:CPU's "device memory" is host memory)."""
+        return {"worker_peak_rss_bytes":
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+    def cache_info(self, runs_before: int) -> dict[str, Any]:
+        """The compilation caches as this run saw them (``worker_runs_before`` 0: cold)."""
+        return {"worker_runs_before": runs_before}
+
+
+# runtime -> (module of this package, Backend class): imported only when a worker needs it
+BACKENDS = {"xla": ("xla", "XLABackend"), "torch": ("pytorch", "TorchBackend"),
+            "torch_tpu": ("torchtpu", "TorchTPUBackend")}
+
+
+def backend_for(runtime: str) -> Backend:
+    """A fresh Backend of `runtime` (a key of :data:`BACKENDS`)."""
+    import importlib
+
+    module, name = BACKENDS[runtime]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)()

@@ -1,0 +1,124 @@
+"""The training loop that runs inside a worker, the same for every runtime.
+
+One ``kind="step"`` record is streamed per training step, after waiting for the device (the
+columns are documented in :mod:`tpu_workbench.records`); for every XLA compilation a
+``kind="compile"`` record follows its step's record (see :mod:`tpu_workbench.recompiles`).
+What differs between runtimes is the :class:`~tpu_workbench.worker.backend.Backend` object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import Any
+
+import torch
+
+from .. import models
+from ..spec import CHANGES, ExperimentSpec
+from .backend import Backend, Batch, ChangeHooks
+
+N_BATCHES = 8  # distinct generated batches, cycled through (all moved to the device up front)
+_RUNS_SERVED = 0  # train runs this worker process has started (0 for the first: a cold worker)
+
+
+def _shorter(batch: Batch, dim: int | None) -> Batch:
+    """The batch with its sequences cut by a quarter (change="seq_len")."""
+    assert dim is not None  # validated: only sequence models offer seq_len
+    return {k: v.narrow(dim, 0, v.shape[dim] - v.shape[dim] // 4).clone() for k, v in batch.items()}
+
+
+def _batches(spec: ExperimentSpec, family: Any, cfg: Any,
+             batch_size: int) -> tuple[list[Batch], list[Batch], Batch]:
+    """The run's generated batches on the CPU: training, after ``spec.change`` (batch_size,
+    seq_len; else none), and the evaluation batch."""
+    gen = torch.Generator().manual_seed(spec.seed)
+    n_batches = min(spec.steps, N_BATCHES)
+    batches = [family.make_batch(cfg, batch_size, gen) for _ in range(n_batches)]
+    changed: list[Batch] = []
+    if spec.change == "batch_size":
+        changed = [family.make_batch(cfg, 2 * batch_size, gen) for _ in range(n_batches)]
+    elif spec.change == "seq_len":
+        changed = [_shorter(b, family.sequence_dim) for b in batches]
+    evaluation = family.make_batch(cfg, batch_size, torch.Generator().manual_seed(spec.seed + 1))
+    return batches, changed, evaluation
+
+
+def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, Any]:
+    """Train per `spec_dict` (an ExperimentSpec as a dict) on `backend`, streaming one record
+    per step; return the run's summary."""
+    global _RUNS_SERVED
+    spec = ExperimentSpec.from_dict(spec_dict)
+    runs_before, _RUNS_SERVED = _RUNS_SERVED, _RUNS_SERVED + 1
+    family = models.get_model(spec.model)
+    cfg = family.config(spec.preset, **spec.options)
+    batch_size = spec.batch_size or family.default_batch_size(cfg)
+    torch.manual_seed(spec.seed)
+    model = family.build(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    cpu_batches, cpu_changed, eval_batch = _batches(spec, family, cfg, batch_size)
+
+    hooks = ChangeHooks(spec.change)
+    step_fn = backend.setup(spec, family, model, hooks)
+    hooks.device_type = backend.device.type
+    batches = [backend.place(b) for b in cpu_batches]
+    changed = [backend.place(b) for b in cpu_changed]
+    for record in backend.layout_records(model, batches[0]):
+        ctx.emit({"kind": "layout", **record})
+    backend.start_counting()
+    ctx.emit({"kind": "info", "n_params": n_params, "batch_size": batch_size,
+              "device": str(backend.device)})
+    hlo_capture = backend.hlo_capture() if "hlo" in spec.capture else None
+    profiler = backend.profiler(ctx.out_dir / "profile") if "profile" in spec.capture else None
+    losses = _steps(ctx, spec, backend, step_fn, hooks, batches, changed, profiler)
+    if hlo_capture:  # before evaluation, which compiles a graph of its own
+        hlo_capture.collect(ctx.out_dir / "hlo")
+    if "checkpoint" in spec.capture:  # trained weights, on the CPU, for sampling or inspection
+        torch.save({k: v.detach().to("cpu") for k, v in model.state_dict().items()},
+                   ctx.out_dir / "model.pt")
+    model.eval()
+    with torch.no_grad():
+        on_device = {k: v.to(backend.device) for k, v in eval_batch.items()}
+        metric = float(family.evaluate(model, on_device).to("cpu"))
+    backend.after_evaluation()
+    return {
+        "model": spec.model, "preset": spec.preset, "mode": spec.mode, "steps": spec.steps,
+        "batch_size": batch_size, "n_params": n_params,
+        "items_per_step": family.items_per_batch(cfg, batch_size), "item_unit": family.item_unit,
+        "flops_per_step": family.flops_per_step(cfg, batch_size),
+        "metric_name": family.metric_name, "metric": metric,
+        "final_loss": losses[-1] if losses else math.nan, "device": str(backend.device),
+        "memory": backend.memory_info(), "cache": backend.cache_info(runs_before),
+    }
+
+
+def _steps(ctx: Any, spec: ExperimentSpec, backend: Backend, step_fn: Any, hooks: ChangeHooks,
+           batches: list[Batch], changed: list[Batch], profiler: Any) -> list[float]:
+    """The timed steps: the clock stops only after the device finished the step."""
+    losses = []
+    if profiler:
+        profiler.start()
+    try:
+        for step in range(spec.steps):
+            ctx.check_cancel()
+            hooks.active = spec.change is not None and step >= spec.change_at
+            source = changed if hooks.active and changed else batches
+            batch = source[step % len(source)]
+            with profiler.step(step) if profiler else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                loss = step_fn(batch)
+                backend.wait(loss)
+                wall_ms = (time.perf_counter() - t0) * 1e3
+            counts = backend.step_counts()
+            loss_value = float(loss.detach().to("cpu"))
+            losses.append(loss_value)
+            ctx.emit({"kind": "step", "step": step, "wall_ms": wall_ms, "loss": loss_value,
+                      **counts})
+            trigger = CHANGES[spec.change] if spec.change and step == spec.change_at else ""
+            for record in backend.compile_records(step, counts, trigger):
+                ctx.emit(record)
+    finally:  # a cancelled or failed run still closes its trace (in its -failed folder)
+        if profiler:
+            profiler.stop()
+    return losses
