@@ -125,8 +125,8 @@ def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = Non
     """
     import pandas as pd
 
-    from ..chips import get_chip
     from .. import hlo
+    from ..chips import get_chip
 
     target = get_chip(chip)
     if hlo_text is None:
