@@ -52,7 +52,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
         "RunTimeout", "RunCancelled")},
     # analysis modules
     **{name: (name, None) for name in (
-        "charts", "compile_cache", "hlo", "profiling", "sharding", "torchtpu")},
+        "charts", "compile_cache", "hlo", "notebook", "profiling", "sharding", "torchtpu")},
 }
 
 __all__ = sorted(_PUBLIC)
