@@ -209,7 +209,7 @@ def test_failure_inside_worker_is_reported_and_worker_survives(pool, results):
     ({"batch_size": -2}, "batch_size must be a positive int, got -2"),
     ({"device": "gpu"}, "unknown device 'gpu'"),
     ({"capture": ("hlo", "flamegraph")}, "unknown capture 'flamegraph'"),
-    ({"mesh": (2, 2)}, "mesh 2x2 has 4 devices but num_devices=8"),
+    ({"mesh": (2, 2), "num_devices": 8}, "mesh 2x2 has 4 devices but num_devices=8"),
     ({"mesh": (2, 4), "mode": "torch_eager"}, "needs an XLA mode"),
     ({"options": {"d_hiden": 3}}, r"unknown option\(s\) \['d_hiden'\]"),
     ({"options": {"n_classes": 1}}, "n_classes must be at least 2, got 1"),
@@ -217,6 +217,14 @@ def test_failure_inside_worker_is_reported_and_worker_survives(pool, results):
 def test_bad_specs_are_rejected_before_work(change, match):
     with pytest.raises(wb.SpecError, match=match):
         MLP.replace(**change).validate()
+
+
+def test_device_count_follows_the_mesh_unless_given():
+    assert MLP.device_count == 8  # no mesh: a v6e-8 host's 8 virtual devices
+    assert MLP.replace(mesh=(2, 2)).device_count == 4
+    assert wb.runtime_config(MLP.replace(mode="compile", mesh=(2, 2))).num_devices == 4
+    assert MLP.replace(num_devices=2).device_count == 2
+    assert MLP.replace(mesh=(2, 2)).replace(mesh=(2, 4)).validate().device_count == 8
 
 
 def test_tpu_asked_for_but_absent_says_why():
