@@ -88,7 +88,7 @@ class TorchTPUProfiler:
     xprof's ``.xplane.pb`` under the run's ``profile/`` folder; the host side is also exported as
     a Chrome trace (``torch.trace.json``). Same interface as the other profilers."""
 
-    def __init__(self, folder: Path, runtime: str = "torch_tpu"):
+    def __init__(self, folder: Path):
         self.folder = folder
         self.prof: Any = None
 
