@@ -32,7 +32,8 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     # running it
     "run": ("runner", "run"), "submit": ("runner", "submit"), "probe": ("runner", "probe"),
     "RunResult": ("runner", "RunResult"), "WorkerPool": ("runner", "WorkerPool"),
-    "default_pool": ("runner", "default_pool"),
+    "default_pool": ("runner", "default_pool"), "reusable": ("runner", "reusable"),
+    "load_result": ("runner", "load_result"), "fingerprint": ("store", "fingerprint"),
     "run_many": ("experiments", "run_many"), "Comparison": ("experiments", "Comparison"),
     "cache_study": ("compile_cache", "cache_study"), "CacheStudy": ("compile_cache", "CacheStudy"),
     "persistent_cache_check": ("compile_cache", "persistent_cache_check"),

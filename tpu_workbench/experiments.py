@@ -8,6 +8,8 @@ stopping the whole comparison.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,8 +19,11 @@ import pandas as pd
 
 from .errors import WorkbenchError
 from .records import label, labelled_steps
-from .runner import RunResult, WorkerPool, submit
-from .spec import ExperimentSpec
+from .runner import RunResult, WorkerPool, reusable, submit
+from .spec import ExperimentSpec, runtime_config
+
+# Cold workers start this many at a time: their imports overlap one another (never a timed step).
+PRESTART_BATCH = max(4, os.cpu_count() or 1)
 
 
 @dataclass
@@ -68,16 +73,26 @@ class Comparison:
 def run_many(specs: Sequence[ExperimentSpec],
              on_update: Callable[[pd.DataFrame, ExperimentSpec, int], None] | None = None,
              every_s: float = 0.5, pool: WorkerPool | None = None,
-             timeout: float | None = None, cold: bool = False) -> Comparison:
+             timeout: float | None = None, cold: bool = False,
+             reuse: bool = False) -> Comparison:
     """Run `specs` in order; call ``on_update(steps_so_far, spec, steps_done)`` at most every
     `every_s` seconds (and after each run) while they go on. A failed run is recorded in
     ``Comparison.errors`` with its partial records, and the next spec still runs.
 
     ``cold=True`` gives every run a fresh worker, so its first step pays the full compile (a warm
-    worker serves graphs it compiled before, for any mode, from its cache).
+    worker serves graphs it compiled before, for any mode, from its cache). The fresh workers
+    start together, :data:`PRESTART_BATCH` at a time, and a batch's runs begin only when all of
+    its workers are ready: start-ups overlap one another, never a timed step.
+
+    ``reuse=True`` takes a spec's completed run from the results folder when one was measured
+    in this same environment (see :func:`~tpu_workbench.runner.reusable`); the rest are run.
     """
     for spec in specs:  # bad input fails before anything runs
         spec.validate()
+    found = [reusable(spec) if reuse else None for spec in specs]
+    pools: dict[int, WorkerPool] = {}
+    if cold:
+        pools = {i: WorkerPool(max_workers=1) for i, f in enumerate(found) if f is None}
     out = Comparison()
     done: list[pd.DataFrame] = []  # step frames of the runs that ended
     kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
@@ -87,28 +102,54 @@ def run_many(specs: Sequence[ExperimentSpec],
             frame = _concat(done + ([live] if live is not None else []))
             on_update(frame, spec, len(frame))
 
-    for spec in specs:
-        own_pool = WorkerPool(max_workers=1) if cold else None
-        try:
-            run = submit(spec, pool=own_pool or pool, **kwargs)
-            last = 0.0
-            for _ in run:
-                if time.monotonic() - last >= every_s:
-                    last = time.monotonic()
-                    update(spec, labelled_steps(spec, run.records, run.run_id))
-            result = run.result()
-            out.results.append(result)
-            done.append(labelled_steps(spec, result.records, result.run_id))
-        except WorkbenchError as exc:
-            out.errors[label(spec)] = exc
-            partial = labelled_steps(spec, getattr(exc, "records", []), getattr(exc, "run_id", ""))
-            out.partial.append(partial)
-            done.append(partial)
-        finally:
-            if own_pool is not None:
-                own_pool.shutdown()
-        update(spec)
+    try:
+        for i, spec in enumerate(specs):
+            if found[i] is None and i in pools and pools[i].idle():
+                _prestart(specs, pools, first=i)
+            result = found[i] or _measure(spec, pools.get(i) or pool, kwargs, out, every_s,
+                                          lambda live, spec=spec: update(spec, live))
+            if result is not None:
+                out.results.append(result)
+                done.append(labelled_steps(spec, result.records, result.run_id))
+            else:
+                done.append(out.partial[-1])
+            if i in pools:
+                pools[i].shutdown()
+            update(spec)
+    finally:  # an interrupted comparison leaves no started worker behind
+        for own in pools.values():
+            own.shutdown()
     return out
+
+
+def _measure(spec: ExperimentSpec, pool: WorkerPool | None, kwargs: dict[str, Any],
+             out: Comparison, every_s: float,
+             live: Callable[[pd.DataFrame], None]) -> RunResult | None:
+    """One run, `live(steps so far)` at most every `every_s`; a failure goes to `out`."""
+    try:
+        run = submit(spec, pool=pool, **kwargs)
+        last = 0.0
+        for _ in run:
+            if time.monotonic() - last >= every_s:
+                last = time.monotonic()
+                live(labelled_steps(spec, run.records, run.run_id))
+        return run.result()
+    except WorkbenchError as exc:
+        out.errors[label(spec)] = exc
+        out.partial.append(labelled_steps(spec, getattr(exc, "records", []),
+                                          getattr(exc, "run_id", "")))
+        return None
+
+
+def _prestart(specs: Sequence[ExperimentSpec], pools: dict[int, WorkerPool], first: int) -> None:
+    """Start the fresh workers of the next :data:`PRESTART_BATCH` cold runs from `first` on and
+    wait until all of them are ready (one that fails to start is started again by its run)."""
+    batch = [i for i in sorted(pools) if i >= first][:PRESTART_BATCH]
+    for i in batch:
+        pools[i].start(runtime_config(specs[i]))
+    for i in batch:
+        with contextlib.suppress(WorkbenchError):
+            pools[i].worker(runtime_config(specs[i]))
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

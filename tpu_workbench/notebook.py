@@ -7,6 +7,8 @@ import math
 import os
 
 SMOKE_ENV = "TPU_WORKBENCH_SMOKE"
+# Set by the docs export: every page measures afresh instead of reusing stored runs.
+FRESH_ENV = "TPU_WORKBENCH_FRESH"
 # Begins every failed-run callout; `docs.exported_problems` reports each one it finds in an
 # exported page, so a notebook that shows a failed run fails the docs build and its test.
 RUN_FAILED = "tpu-workbench run failed:"
@@ -24,6 +26,52 @@ def smoke_mode() -> bool:
         return False
 
 
+def reuse_ok() -> bool:
+    """Whether a notebook may show stored runs instead of measuring again: not in smoke runs
+    (CI) nor when ``TPU_WORKBENCH_FRESH=1`` (the docs export), which always measure afresh."""
+    return not smoke_mode() and os.environ.get(FRESH_ENV) != "1"
+
+
+def _where(result) -> str:
+    info = result.runtime or {}
+    hw = str(info.get("device_hw") or info.get("device") or "?")
+    kind = str(info.get("device_kind") or "")
+    count = info.get("device_count")
+    if info.get("runtime") == "xla":
+        name = f"XLA:{hw.upper()}" if hw.upper() == "CPU" else (kind or hw)
+    elif info.get("runtime") == "torch_tpu":
+        name = f"TorchTPU on {kind or hw}"
+    else:
+        name = f"PyTorch on {hw.upper()}"
+    return f"{name} x{count}" if count and count != 1 else name
+
+
+def provenance(results, button: str = "run") -> str:
+    """Markdown: when and where `results` (a RunResult, a list of them or a Comparison) were
+    measured, and whether they were reused from the results folder (press `button` to measure
+    again) or measured just now."""
+    items = list(getattr(results, "results", results) if not hasattr(results, "spec")
+                 else [results])
+    if not items:
+        return ""
+    when = sorted(r.measured_at for r in items if r.measured_at)
+    if not when:
+        span = "an unknown time"
+    else:
+        first, last = when[0], when[-1]
+        span = first if first == last else (
+            f"{first} to {last[11:]}" if first[:10] == last[:10] else f"{first} to {last}")
+    where = ", ".join(dict.fromkeys(_where(r) for r in items))
+    reused = sum(r.reused for r in items)
+    if reused == len(items):
+        return (f"_Reused: measured at {span} on {where}; press **{button}** to measure "
+                "again._")
+    if reused:
+        return (f"_{reused} of {len(items)} runs reused from the results folder; measured at "
+                f"{span} on {where}; press **{button}** to measure again._")
+    return f"_Measured just now ({span}) on {where}._"
+
+
 def image_grid(images, columns: int = 8, scale: int = 3):
     """A PIL image of a batch (N, 3, H, W) with values in [0, 1], `columns` per row, upscaled."""
     import torch
@@ -36,10 +84,13 @@ def image_grid(images, columns: int = 8, scale: int = 3):
     return image.resize((image.width * scale, image.height * scale), Image.NEAREST)
 
 
-def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None):
+def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None,
+             reuse: bool = False):
     """Run `specs` one after another inside a marimo cell: a progress bar over all their steps
     and a chart that grows as records stream in (`chart(steps_frame)`, default the step-time
-    chart). Returns the Comparison (``.result()`` for a single spec)."""
+    chart). ``reuse=True`` shows stored runs of the same specs and environment instead of
+    measuring them (see :func:`tpu_workbench.runner.reusable`). Returns the Comparison
+    (``.result()`` for a single spec)."""
     import marimo as mo
 
     from .charts import step_times
@@ -58,7 +109,7 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None):
             if len(frame):
                 mo.output.replace(chart(frame))
 
-        comparison = run_many(specs, on_update=update, every_s=every_s, cold=cold)
+        comparison = run_many(specs, on_update=update, every_s=every_s, cold=cold, reuse=reuse)
     if len(comparison.steps):
         mo.output.replace(chart(comparison.steps))
     return comparison

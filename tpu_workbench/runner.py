@@ -14,7 +14,9 @@ was imported, and gets records back step by step while the run goes on.
 A worker that crashes, aborts, hangs past the timeout or is cancelled raises a
 :class:`~tpu_workbench.errors.WorkerError` in the caller, which keeps the records streamed so far;
 the caller's process is never at risk. Results are written to ``results/<run_id>/`` only when the
-run completes (a failed run's records go to ``results/<run_id>-failed/``).
+run completes (a failed run's records go to ``results/<run_id>-failed/``). ``run(spec,
+reuse=True)`` loads a completed run of the same spec measured in the same environment (see
+:mod:`tpu_workbench.store`) instead of measuring again.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from .errors import RunCancelled, RunFailed, RunTimeout, WorkerCrashed, WorkerEr
 from .paths import results_dir
 from .records import records_frame
 from .spec import ExperimentSpec, RuntimeConfig, runtime_config
+from .store import ENVIRONMENT_FILE, find_folder, fingerprint
 from .torchtpu import worker_python
 
 START_TIMEOUT_S = 300.0  # importing torch_xla on a busy 2-core machine can take a while
@@ -49,6 +52,8 @@ CANCEL_GRACE_S = 10.0  # after this, a run that ignores a cancel has its worker 
 STDERR_LINES = 200
 # XLA/TSL log lines: "2026-11-29 16:03:03.628607: E external/xla/...cc:109] message"
 _XLA_LOG = re.compile(r"^\S+ \S+: ([IWEF]) \S+\] (.*)$")
+# When set, every worker process started appends a line here (tests count worker starts).
+WORKER_LOG_ENV = "TPU_WORKBENCH_WORKER_LOG"
 
 
 @dataclass
@@ -63,6 +68,10 @@ class RunResult:
     out_dir: Path | None
     wall_s: float
     artifacts: dict[str, str] = field(default_factory=dict)
+    measured_at: str = ""  # local time the run ended, "2026-12-01 12:03:04"
+    reused: bool = False  # loaded from the results folder instead of measured now
+    worker_start_s: float = 0.0  # spawn to ready of a fresh worker (0: a warm one served it)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
 
     @property
     def steps(self):
@@ -82,6 +91,8 @@ class Worker:
         self.error_lines: collections.deque[str] = collections.deque(maxlen=20)
         self._current: Run | None = None
         self.runs_started = 0
+        self._spawned = time.perf_counter()
+        self.start_s = float("nan")  # spawn to ready, seconds
         self._lock = threading.Lock()  # held for the length of a run
         self._write_lock = threading.Lock()
         self._ready = threading.Event()
@@ -115,6 +126,9 @@ class Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=env, text=True, bufsize=1, start_new_session=True,
         )
+        if os.environ.get(WORKER_LOG_ENV):
+            with open(os.environ[WORKER_LOG_ENV], "a") as log:
+                log.write(f"{time.strftime('%H:%M:%S')} pid={self.proc.pid} {config.label()}\n")
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
@@ -128,6 +142,7 @@ class Worker:
                 self.stderr_lines.append(line.rstrip())
                 continue
             if message.get("type") == "ready":
+                self.start_s = time.perf_counter() - self._spawned
                 self.info = message["info"]
                 self._ready.set()
             elif message.get("type") == "error" and message.get("run_id") is None:
@@ -247,8 +262,10 @@ class Run:
     """
 
     def __init__(self, worker: Worker, spec: ExperimentSpec, task: str, timeout: float,
-                 out_dir: Path | None):
+                 out_dir: Path | None, fp: dict[str, Any] | None = None):
         self.worker = worker
+        self.fingerprint = fp if fp is not None else fingerprint(worker.config)
+        self.worker_start_s = 0.0
         self.spec = spec
         self.task = task
         self.run_id = _new_run_id(spec, task)
@@ -269,6 +286,8 @@ class Run:
     def _start(self) -> None:
         self.partial_dir.mkdir(parents=True, exist_ok=True)
         self.worker.attach(self)
+        if self.worker.runs_started == 0:
+            self.worker_start_s = self.worker.start_s
         self.worker.runs_started += 1
         self._timer.start()
         self.worker.send({"op": "run", "task": self.task, "run_id": self.run_id,
@@ -322,21 +341,33 @@ class Run:
             error.stderr_tail = self.worker.stderr_tail()
             self._save(self.final_dir.with_name(self.run_id + "-failed"), {"error": str(error)})
         else:
-            self._save(self.final_dir, summary or {})
+            measured_at = time.strftime("%Y-%m-%d %H:%M:%S")
+            self._save(self.final_dir, summary or {}, {
+                "task": self.task, "measured_at": measured_at, "fingerprint": self.fingerprint,
+                "runtime": self.worker.info, "wall_s": wall,
+                "worker_start_s": self.worker_start_s})
             self._result = RunResult(self.spec, self.run_id, dict(self.worker.info), self.records,
                                      summary or {}, self.final_dir, wall,
-                                     artifacts=_artifacts(self.final_dir))
+                                     artifacts=_artifacts(self.final_dir),
+                                     measured_at=measured_at,
+                                     worker_start_s=self.worker_start_s,
+                                     fingerprint=self.fingerprint)
         self.worker.release()
         with self._cond:
             self.error = error
             self.state = state
             self._cond.notify_all()
 
-    def _save(self, target: Path, summary: dict[str, Any]) -> None:
-        """Write records, spec and summary next to the worker's artifacts, then publish the
-        folder under its final name in one rename (so no reader sees it half-written)."""
+    def _save(self, target: Path, summary: dict[str, Any],
+              environment: dict[str, Any] | None = None) -> None:
+        """Write records, spec and summary (and, for a completed run, where and when it was
+        measured) next to the worker's artifacts, then publish the folder under its final name
+        in one rename (so no reader sees it half-written)."""
         try:
             self.partial_dir.mkdir(parents=True, exist_ok=True)
+            if environment is not None:
+                (self.partial_dir / ENVIRONMENT_FILE).write_text(
+                    json.dumps(environment, indent=2, default=str))
             (self.partial_dir / "spec.json").write_text(json.dumps(self.spec.to_dict(), indent=2))
             (self.partial_dir / "summary.json").write_text(
                 json.dumps(summary, indent=2, default=str))
@@ -430,6 +461,18 @@ class WorkerPool:
         self._workers: collections.OrderedDict[RuntimeConfig, Worker] = collections.OrderedDict()
         self._lock = threading.Lock()
 
+    def start(self, config: RuntimeConfig) -> None:
+        """Start a worker for `config` if none is alive, without waiting for it to be ready."""
+        with self._lock:
+            worker = self._workers.get(config)
+            if worker is None or not worker.alive:
+                self._evict_idle()
+                self._workers[config] = Worker(config)
+
+    def idle(self) -> bool:
+        """True when no worker of this pool is alive (none started yet, or all stopped)."""
+        return not any(w.alive for w in self._workers.values())
+
     def worker(self, config: RuntimeConfig) -> Worker:
         """The live worker for `config`, started (and waited for) if needed."""
         with self._lock:
@@ -490,9 +533,10 @@ def submit(spec: ExperimentSpec, *, timeout: float = DEFAULT_RUN_TIMEOUT_S,
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     spec.validate()
     config = runtime_config(spec)
+    fp = fingerprint(config)  # before the run: what the environment was when it started
     worker = (pool or default_pool()).worker(config)
     worker.reserve()
-    run = Run(worker, spec, task, timeout, out_dir)
+    run = Run(worker, spec, task, timeout, out_dir, fp)
     try:
         run._start()
     except BaseException:
@@ -502,13 +546,57 @@ def submit(spec: ExperimentSpec, *, timeout: float = DEFAULT_RUN_TIMEOUT_S,
 
 
 def run(spec: ExperimentSpec, on_record: Callable[[dict[str, Any]], None] | None = None,
-        **kwargs: Any) -> RunResult:
-    """Run `spec` to the end, calling `on_record` for each streamed record; see :func:`submit`."""
-    handle = submit(spec, **kwargs)
-    for record in handle:
-        if on_record is not None:
-            on_record(record)
-    return handle.result()
+        *, reuse: bool = False, cold: bool = False, **kwargs: Any) -> RunResult:
+    """Run `spec` to the end, calling `on_record` for each streamed record; see :func:`submit`.
+
+    ``reuse=True`` returns a completed run of the same spec from the same environment if the
+    results folder has one (:func:`reusable`; `on_record` still sees its records), and measures
+    otherwise. ``cold=True`` measures in a fresh worker of its own, stopped afterwards, so no
+    earlier run's compile cache can serve this one.
+    """
+    if reuse:
+        spec.validate()
+        found = reusable(spec, task=kwargs.get("task", "train"), out_dir=kwargs.get("out_dir"))
+        if found is not None:
+            for record in found.records:
+                if on_record is not None:
+                    on_record(record)
+            return found
+    own_pool = WorkerPool(max_workers=1) if cold else None
+    if own_pool is not None:
+        kwargs["pool"] = own_pool
+    try:
+        handle = submit(spec, **kwargs)
+        for record in handle:
+            if on_record is not None:
+                on_record(record)
+        return handle.result()
+    finally:
+        if own_pool is not None:
+            own_pool.shutdown()
+
+
+def reusable(spec: ExperimentSpec, task: str = "train",
+             out_dir: Path | None = None) -> RunResult | None:
+    """The newest completed run of `spec` in the results folder that was measured in this very
+    environment (same :func:`~tpu_workbench.store.fingerprint`), or None."""
+    fp = fingerprint(runtime_config(spec))
+    folder = find_folder(spec, task, fp, out_dir or results_dir())
+    return None if folder is None else load_result(folder)
+
+
+def load_result(folder: Path) -> RunResult:
+    """A completed run, read back from its results folder (``reused=True``)."""
+    environment = json.loads((folder / ENVIRONMENT_FILE).read_text())
+    spec = ExperimentSpec.from_dict(json.loads((folder / "spec.json").read_text()))
+    with (folder / "records.jsonl").open() as fh:
+        records = [json.loads(line) for line in fh if line.strip()]
+    return RunResult(spec, folder.name, environment.get("runtime") or {}, records,
+                     json.loads((folder / "summary.json").read_text()), folder,
+                     float(environment.get("wall_s") or 0.0), artifacts=_artifacts(folder),
+                     measured_at=str(environment.get("measured_at") or ""), reused=True,
+                     worker_start_s=float(environment.get("worker_start_s") or 0.0),
+                     fingerprint=environment.get("fingerprint") or {})
 
 
 def probe(where: ExperimentSpec | RuntimeConfig | None = None,

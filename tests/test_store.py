@@ -1,0 +1,93 @@
+"""Reusing measured runs: only the same spec in the same environment, only completed runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+import tpu_workbench as wb
+from tpu_workbench import store
+from tpu_workbench.notebook import provenance
+from tpu_workbench.runner import WORKER_LOG_ENV, WorkerPool
+
+SPEC = wb.ExperimentSpec(model="mlp", mode="lazy", steps=3)
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """One completed XLA run in a results folder of its own."""
+    root = tmp_path_factory.mktemp("store") / "results"
+    pool = WorkerPool(max_workers=1)
+    try:
+        result = wb.run(SPEC, pool=pool, out_dir=root)
+    finally:
+        pool.shutdown()
+    return root, result
+
+
+def test_a_completed_run_is_reused_for_the_same_spec(stored, tmp_path, monkeypatch):
+    root, result = stored
+    monkeypatch.setenv(WORKER_LOG_ENV, str(tmp_path / "workers.log"))
+    again = wb.run(SPEC, reuse=True, out_dir=root)
+    assert again.reused and not result.reused
+    assert again.run_id == result.run_id and again.measured_at == result.measured_at
+    assert again.records == result.records and again.runtime["device_count"] == 8
+    assert not (tmp_path / "workers.log").exists()  # no worker started to answer it
+    assert "Reused: measured at" in provenance(again)
+    assert "Measured just now" in provenance(result)
+
+
+def test_another_spec_is_not_reused(stored):
+    root, _ = stored
+    for other in (SPEC.replace(steps=4), SPEC.replace(mode="compile"),
+                  SPEC.replace(batch_size=16), SPEC.replace(seed=1)):
+        assert wb.reusable(other, out_dir=root) is None, other
+
+
+def test_another_environment_is_not_reused(stored, monkeypatch):
+    root, _ = stored
+    assert wb.reusable(SPEC, out_dir=root) is not None
+    with monkeypatch.context() as m:  # an XLA flag the worker would inherit
+        m.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=false")
+        assert wb.reusable(SPEC, out_dir=root) is None
+    with monkeypatch.context() as m:  # another torch_xla release
+        versions = dict(store._versions(wb.torchtpu.worker_python("xla")))
+        versions["torch_xla"] = "2.99.0"
+        m.setattr(store, "_versions", lambda python: tuple(versions.items()))
+        assert wb.reusable(SPEC, out_dir=root) is None
+    with monkeypatch.context() as m:  # another host CPU
+        m.setattr(store, "_host_cpu", lambda: "Another CPU x64")
+        assert wb.reusable(SPEC, out_dir=root) is None
+    # another device count is another fingerprint (the spec asks for 4 virtual devices)
+    four = wb.fingerprint(wb.runtime_config(SPEC.replace(num_devices=4)))
+    eight = wb.fingerprint(wb.runtime_config(SPEC))
+    assert four["device"] == {"kind": "cpu", "count": 4} and four != eight
+    assert wb.reusable(SPEC, out_dir=root) is not None  # and nothing above changed the store
+
+
+def test_failed_and_partial_runs_are_never_reused(stored, tmp_path):
+    root, result = stored
+    for suffix in ("-failed", ".partial"):
+        copy = tmp_path / suffix.strip("-.") / "results"
+        shutil.copytree(result.out_dir, copy / (result.run_id + suffix))
+        assert wb.reusable(SPEC, out_dir=copy) is None, suffix
+    half = tmp_path / "half" / "results"  # a folder without its records is not a run
+    shutil.copytree(result.out_dir, half / result.run_id)
+    (half / result.run_id / "records.jsonl").unlink()
+    assert wb.reusable(SPEC, out_dir=half) is None
+    assert json.loads((result.out_dir / "environment.json").read_text())["task"] == "train"
+
+
+def test_cold_runs_start_their_workers_together_and_stop_them(results, tmp_path, monkeypatch):
+    log = tmp_path / "workers.log"
+    monkeypatch.setenv(WORKER_LOG_ENV, str(log))
+    specs = [wb.ExperimentSpec(model="mlp", mode=m, steps=2) for m in ("torch_eager", "eager")]
+    comparison = wb.run_many(specs, cold=True)
+    assert comparison.ok, comparison.errors
+    assert len(log.read_text().splitlines()) == 2  # one fresh worker per run
+    assert all(r.worker_start_s > 0 for r in comparison.results)
+    again = wb.run_many(specs, reuse=True)
+    assert [r.reused for r in again.results] == [True, True]
+    assert len(log.read_text().splitlines()) == 2  # reuse started none

@@ -1,0 +1,119 @@
+"""Completed runs on disk, and which of them may be reused instead of measured again.
+
+The runner's results folders are the store (there is no second cache): a completed run's folder
+``results/<run_id>/`` holds ``spec.json``, ``summary.json``, ``records.jsonl`` and
+``environment.json``, which says where and when it was measured. A run may be reused only for
+the same spec *and* the same environment :func:`fingerprint`: the package versions of the
+worker's interpreter, the device kind and count, the XLA flags, the host CPU and the workbench's
+own version. A failed, cancelled or half-written run (``-failed``, ``.partial``) never is.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .backends import cpu_model, tpu_chips_on_pci, tpu_kind_on_pci
+from .spec import ExperimentSpec, RuntimeConfig
+from .torchtpu import worker_python
+
+# The packages whose version changes what a run measures (absent ones are recorded as None).
+PACKAGES = ("torch", "torch_xla", "torch_tpu", "libtpu", "torchvision", "diffusers",
+            "transformers")
+ENVIRONMENT_FILE = "environment.json"
+
+
+def fingerprint(config: RuntimeConfig) -> dict[str, Any]:
+    """What a run's figures depend on besides its spec, known before any worker starts."""
+    python = worker_python(config.runtime)
+    env = {**os.environ, **config.env()}
+    flags = env.get("XLA_FLAGS", "") if config.runtime == "xla" else ""
+    return {
+        "runtime": config.label(),
+        "python": _python_version(python),
+        "packages": dict(_versions(python)),
+        "device": _device(config),
+        "xla_flags": " ".join(flags.split()),
+        "host_cpu": _host_cpu(),
+        "workbench_source": _source_hash(),
+    }
+
+
+def find_folder(spec: ExperimentSpec, task: str, fp: dict[str, Any],
+                root: Path) -> Path | None:
+    """The newest completed run folder under `root` for `spec`, `task` and fingerprint `fp`."""
+    if not root.is_dir():
+        return None
+    want = _canonical(spec.to_dict())
+    found: list[tuple[str, Path]] = []
+    for folder in root.iterdir():
+        if folder.name.endswith(("-failed", ".partial")) or not folder.is_dir():
+            continue
+        try:
+            env = json.loads((folder / ENVIRONMENT_FILE).read_text())
+            stored = json.loads((folder / "spec.json").read_text())
+            complete = (folder / "summary.json").is_file() and (folder / "records.jsonl").is_file()
+        except (OSError, ValueError):  # not a run folder, or an older run without environment
+            continue
+        if (complete and env.get("task") == task and env.get("fingerprint") == fp
+                and _canonical(stored) == want):
+            found.append((str(env.get("measured_at", "")), folder))
+    return max(found)[1] if found else None
+
+
+def _canonical(d: dict[str, Any]) -> str:
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+@functools.cache
+def _versions(python: str) -> tuple[tuple[str, str | None], ...]:
+    if python == sys.executable:
+        paths = None
+    else:  # another environment (.venv-torchtpu): read its site-packages without running it
+        lib = Path(python).resolve().parent.parent / "lib"
+        paths = [str(p) for p in lib.glob("python*/site-packages")]
+        if not paths:
+            paths = [str(p) for p in (Path(python).parent.parent / "lib").glob(
+                "python*/site-packages")]
+    found: dict[str, str | None] = dict.fromkeys(PACKAGES)
+    for dist in metadata.distributions(**({"path": paths} if paths is not None else {})):
+        name = (dist.metadata["Name"] or "").lower().replace("-", "_")
+        if name in found and found[name] is None:
+            found[name] = dist.version
+    return tuple(found.items())
+
+
+def _python_version(python: str) -> str:
+    if python == sys.executable:
+        return platform.python_version()
+    lib = Path(python).parent.parent / "lib"
+    return ",".join(sorted(p.name for p in lib.glob("python*"))) or python
+
+
+def _device(config: RuntimeConfig) -> dict[str, Any]:
+    if config.device == "tpu":
+        return {"kind": tpu_kind_on_pci() or "TPU", "count": len(tpu_chips_on_pci())}
+    count = config.num_devices if config.runtime == "xla" else 1
+    return {"kind": config.device, "count": count}
+
+
+@functools.cache
+def _source_hash() -> str:
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def _host_cpu() -> str:
+    return f"{cpu_model()} x{os.cpu_count()}"
