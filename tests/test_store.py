@@ -88,6 +88,9 @@ def test_cold_runs_start_their_workers_together_and_stop_them(results, tmp_path,
     assert comparison.ok, comparison.errors
     assert len(log.read_text().splitlines()) == 2  # one fresh worker per run
     assert all(r.worker_start_s > 0 for r in comparison.results)
+    breakdown = wb.startup_breakdown(comparison.results)  # spawn, imports, build, steps
+    assert (breakdown[["spawn", "imports", "build", "first_step"]] > 0).all().all(), breakdown
+    assert (breakdown.imports < [r.worker_start_s for r in comparison.results]).all()
     again = wb.run_many(specs, reuse=True)
     assert [r.reused for r in again.results] == [True, True]
     assert len(log.read_text().splitlines()) == 2  # reuse started none

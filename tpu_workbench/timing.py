@@ -176,3 +176,22 @@ def compile_events(results: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "preset", "mode", "step", "count", "trigger",
                                        "cause", "explanation", "graph_hash", "inputs", "outputs",
                                        "frame"])
+
+
+def startup_breakdown(results: list) -> pd.DataFrame:
+    """Where each run's wall time went, in seconds: ``spawn`` (starting the worker process),
+    ``imports`` (torch and the runtime, in the worker), ``build`` (model, batches, setup),
+    ``first_step`` (step 0: the compile, for XLA), ``other_steps``; ``reused`` runs took none
+    of it now. A warm worker's spawn and imports are 0 (an earlier run paid them)."""
+    rows = []
+    for result in results:
+        ms = [r["wall_ms"] for r in result.records if r.get("kind", "step") == "step"]
+        fresh = result.worker_start_s > 0
+        imports = float(result.runtime.get("import_s") or 0.0) if fresh else 0.0
+        rows.append({"mode": result.spec.mode, "reused": result.reused,
+                     "spawn": max(result.worker_start_s - imports, 0.0) if fresh else 0.0,
+                     "imports": imports, "build": float(result.summary.get("build_s") or 0.0),
+                     "first_step": ms[0] / 1e3 if ms else 0.0,
+                     "other_steps": sum(ms[1:]) / 1e3})
+    return pd.DataFrame(rows, columns=["mode", "reused", "spawn", "imports", "build",
+                                       "first_step", "other_steps"])

@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,7 @@ def _run_task(task: str, ctx: TaskContext, spec: dict[str, Any]) -> dict[str, An
     raise ValueError(f"unknown task {task!r}")
 
 
-def main() -> None:
+def main(started: float | None = None) -> None:
     # The protocol gets the real stdout; fd 1 is pointed at stderr so stray prints (Python's or
     # XLA's C++ logging) can never corrupt it.
     channel = os.fdopen(os.dup(1), "w", buffering=1)
@@ -108,8 +109,10 @@ def main() -> None:
     sys.stdout = sys.stderr
     signal.signal(signal.SIGUSR1, _on_cancel)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook's Ctrl-C is the runner's business
+    started = time.perf_counter() if started is None else started
     try:
         info = runtime_info()
+        info["import_s"] = time.perf_counter() - started  # importing torch and the runtime
     except BaseException as exc:  # report, then die: a worker without a runtime is useless
         _send(channel, {"type": "error", "run_id": None, "etype": type(exc).__name__,
                         "message": str(exc), "traceback": traceback.format_exc()})

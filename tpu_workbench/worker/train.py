@@ -50,6 +50,7 @@ def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, An
     per step; return the run's summary."""
     global _RUNS_SERVED
     spec = ExperimentSpec.from_dict(spec_dict)
+    started = time.perf_counter()
     runs_before, _RUNS_SERVED = _RUNS_SERVED, _RUNS_SERVED + 1
     family = models.get_model(spec.model)
     cfg = family.config(spec.preset, **spec.options)
@@ -67,8 +68,9 @@ def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, An
     for record in backend.layout_records(model, batches[0]):
         ctx.emit({"kind": "layout", **record})
     backend.start_counting()
+    build_s = time.perf_counter() - started  # model, batches, backend setup, placement
     ctx.emit({"kind": "info", "n_params": n_params, "batch_size": batch_size,
-              "device": str(backend.device)})
+              "device": str(backend.device), "build_s": build_s})
     hlo_capture = backend.hlo_capture() if "hlo" in spec.capture else None
     profiler = backend.profiler(ctx.out_dir / "profile") if "profile" in spec.capture else None
     losses = _steps(ctx, spec, backend, step_fn, hooks, batches, changed, profiler)
@@ -90,6 +92,7 @@ def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, An
         "metric_name": family.metric_name, "metric": metric,
         "final_loss": losses[-1] if losses else math.nan, "device": str(backend.device),
         "memory": backend.memory_info(), "cache": backend.cache_info(runs_before),
+        "build_s": build_s,
     }
 
 
