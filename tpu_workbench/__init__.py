@@ -31,9 +31,9 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "model_names": ("models", "model_names"), "load_trained": ("models", "load_trained"),
     # running it
     "run": ("runner", "run"), "submit": ("runner", "submit"), "probe": ("runner", "probe"),
-    "RunResult": ("runner", "RunResult"), "WorkerPool": ("runner", "WorkerPool"),
-    "default_pool": ("runner", "default_pool"), "reusable": ("runner", "reusable"),
-    "load_result": ("runner", "load_result"), "fingerprint": ("store", "fingerprint"),
+    "RunResult": ("store", "RunResult"), "WorkerPool": ("workers", "WorkerPool"),
+    "default_pool": ("workers", "default_pool"), "reusable": ("store", "reusable"),
+    "load_result": ("store", "load_result"), "fingerprint": ("store", "fingerprint"),
     "run_many": ("experiments", "run_many"), "Comparison": ("experiments", "Comparison"),
     "cache_study": ("compile_cache", "cache_study"), "CacheStudy": ("compile_cache", "CacheStudy"),
     "persistent_cache_check": ("compile_cache", "persistent_cache_check"),

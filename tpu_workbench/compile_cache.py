@@ -21,8 +21,9 @@ import pandas as pd
 
 from . import runner
 from .errors import SpecError
-from .runner import RunResult, WorkerPool
 from .spec import MODES, ExperimentSpec, runtime_config
+from .store import RunResult
+from .workers import WorkerPool
 
 SCENARIOS = {
     "cold": "cold worker (first run)",

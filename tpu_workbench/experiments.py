@@ -19,8 +19,10 @@ import pandas as pd
 
 from .errors import WorkbenchError
 from .records import label, labelled_steps
-from .runner import RunResult, WorkerPool, reusable, submit
+from .runner import submit
 from .spec import ExperimentSpec, runtime_config
+from .store import RunResult, reusable
+from .workers import WorkerPool
 
 # Cold workers start this many at a time: their imports overlap one another (never a timed step).
 PRESTART_BATCH = max(4, os.cpu_count() or 1)
@@ -85,7 +87,7 @@ def run_many(specs: Sequence[ExperimentSpec],
     its workers are ready: start-ups overlap one another, never a timed step.
 
     ``reuse=True`` takes a spec's completed run from the results folder when one was measured
-    in this same environment (see :func:`~tpu_workbench.runner.reusable`); the rest are run.
+    in this same environment (see :func:`~tpu_workbench.store.reusable`); the rest are run.
     """
     for spec in specs:  # bad input fails before anything runs
         spec.validate()

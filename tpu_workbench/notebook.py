@@ -89,7 +89,7 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None,
     """Run `specs` one after another inside a marimo cell: a progress bar over all their steps
     and a chart that grows as records stream in (`chart(steps_frame)`, default the step-time
     chart). ``reuse=True`` shows stored runs of the same specs and environment instead of
-    measuring them (see :func:`tpu_workbench.runner.reusable`). Returns the Comparison
+    measuring them (see :func:`tpu_workbench.store.reusable`). Returns the Comparison
     (``.result()`` for a single spec)."""
     import marimo as mo
 

@@ -1,11 +1,12 @@
-"""Completed runs on disk, and which of them may be reused instead of measured again.
+"""Completed runs (:class:`RunResult`) on disk, and which may be reused instead of measured again.
 
 The runner's results folders are the store (there is no second cache): a completed run's folder
 ``results/<run_id>/`` holds ``spec.json``, ``summary.json``, ``records.jsonl`` and
 ``environment.json``, which says where and when it was measured. A run may be reused only for
 the same spec *and* the same environment :func:`fingerprint`: the package versions of the
-worker's interpreter, the device kind and count, the XLA flags, the host CPU and the workbench's
-own version. A failed, cancelled or half-written run (``-failed``, ``.partial``) never is.
+worker's interpreter, the device kind and count, the XLA flags, the host CPU and a hash of the
+workbench's own source (a changed training loop measures again). A failed, cancelled or
+half-written run (``-failed``, ``.partial``) never is.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import json
 import os
 import platform
 import sys
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from .backends import cpu_model, tpu_chips_on_pci, tpu_kind_on_pci
-from .spec import ExperimentSpec, RuntimeConfig
+from .paths import results_dir
+from .records import records_frame
+from .spec import ExperimentSpec, RuntimeConfig, runtime_config
 from .torchtpu import worker_python
 
 # The packages whose version changes what a run measures (absent ones are recorded as None).
@@ -44,6 +48,60 @@ def fingerprint(config: RuntimeConfig) -> dict[str, Any]:
         "host_cpu": _host_cpu(),
         "workbench_source": _source_hash(),
     }
+
+
+@dataclass
+class RunResult:
+    """A finished run: its spec, streamed records, summary and where its artifacts are."""
+
+    spec: ExperimentSpec
+    run_id: str
+    runtime: dict[str, Any]
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+    out_dir: Path | None
+    wall_s: float
+    artifacts: dict[str, str] = field(default_factory=dict)
+    measured_at: str = ""  # local time the run ended, "2026-12-01 12:03:04"
+    reused: bool = False  # loaded from the results folder instead of measured now
+    worker_start_s: float = 0.0  # spawn to ready of a fresh worker (0: a warm one served it)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps(self):
+        """Per-step records as a DataFrame (one row per streamed ``step`` record)."""
+        return records_frame(self.records)
+
+
+def reusable(spec: ExperimentSpec, task: str = "train",
+             out_dir: Path | None = None) -> RunResult | None:
+    """The newest completed run of `spec` in the results folder that was measured in this very
+    environment (same :func:`~tpu_workbench.store.fingerprint`), or None."""
+    fp = fingerprint(runtime_config(spec))
+    folder = find_folder(spec, task, fp, out_dir or results_dir())
+    return None if folder is None else load_result(folder)
+
+
+def load_result(folder: Path) -> RunResult:
+    """A completed run, read back from its results folder (``reused=True``)."""
+    environment = json.loads((folder / ENVIRONMENT_FILE).read_text())
+    spec = ExperimentSpec.from_dict(json.loads((folder / "spec.json").read_text()))
+    with (folder / "records.jsonl").open() as fh:
+        records = [json.loads(line) for line in fh if line.strip()]
+    return RunResult(spec, folder.name, environment.get("runtime") or {}, records,
+                     json.loads((folder / "summary.json").read_text()), folder,
+                     float(environment.get("wall_s") or 0.0), artifacts=artifacts(folder),
+                     measured_at=str(environment.get("measured_at") or ""), reused=True,
+                     worker_start_s=float(environment.get("worker_start_s") or 0.0),
+                     fingerprint=environment.get("fingerprint") or {})
+
+
+def artifacts(folder: Path) -> dict[str, str]:
+    """Every file under a run's folder: its path relative to the folder -> its full path."""
+    if not folder.is_dir():
+        return {}
+    return {p.relative_to(folder).as_posix(): str(p) for p in sorted(folder.rglob("*"))
+            if p.is_file()}
 
 
 def find_folder(spec: ExperimentSpec, task: str, fp: dict[str, Any],
