@@ -116,11 +116,12 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None,
 
 
 def mesh_layout(model: str, mesh_shape: tuple[int, ...], strategy: str,
-                smoke: bool = False):
+                smoke: bool = False, reuse: bool = False):
     """Lay `model` (preset tiny) out on a mesh with the backend this environment has, and say
     which: SPMD (torch_xla's partitioner, a 2-step run) where torch_xla is installed, else
     DTensor with one process per device (gloo on CPU, TorchTPU's tpu_dist on a chip; two
-    processes in `smoke` runs). Returns ``(layout frame, mesh shape used, a sentence on how)``."""
+    processes in `smoke` runs). ``reuse=True`` takes a stored SPMD run of the same spec and
+    environment if there is one. Returns ``(layout frame, mesh shape used, a sentence on how)``."""
 
     from . import backends, dtensor_sharding, sharding
     from .runner import run
@@ -131,7 +132,7 @@ def mesh_layout(model: str, mesh_shape: tuple[int, ...], strategy: str,
                               mesh=tuple(mesh_shape), strategy=strategy)
         how = ("The *sharding* notebook shows every tensor, memory per device and the "
                "collectives XLA inserted.")
-        return sharding.layout_frame(run(spec)), tuple(mesh_shape), how
+        return sharding.layout_frame(run(spec, reuse=reuse)), tuple(mesh_shape), how
     shape = (1, 2) if smoke else tuple(mesh_shape)
     layout = sharding.layout_frame(dtensor_sharding.layout(model, "tiny", shape, strategy))
     how = ("**No torch_xla in this environment**, so no SPMD partitioner: this layout comes "
