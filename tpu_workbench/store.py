@@ -5,8 +5,8 @@ The runner's results folders are the store (there is no second cache): a complet
 ``environment.json``, which says where and when it was measured. A run may be reused only for
 the same spec *and* the same environment :func:`fingerprint`: the package versions of the
 worker's interpreter, the device kind and count, the XLA flags, the host CPU and a hash of the
-workbench's own source (a changed training loop measures again). A failed, cancelled or
-half-written run (``-failed``, ``.partial``) never is.
+workbench's measuring source (:data:`MEASURING_SOURCE`: a changed training loop measures
+again). A failed, cancelled or half-written run (``-failed``, ``.partial``) never is.
 """
 
 from __future__ import annotations
@@ -162,11 +162,17 @@ def _device(config: RuntimeConfig) -> dict[str, Any]:
     return {"kind": config.device, "count": count}
 
 
+# The workbench's source that decides what a run measures (not the charts or notebook helpers).
+MEASURING_SOURCE = ("worker", "models", "spec.py")
+
+
 @functools.cache
 def _source_hash() -> str:
     digest = hashlib.sha256()
     package = Path(__file__).resolve().parent
-    for path in sorted(package.rglob("*.py")):
+    paths = [p for part in MEASURING_SOURCE for p in (
+        sorted((package / part).rglob("*.py")) if (package / part).is_dir() else [package / part])]
+    for path in paths:
         digest.update(path.relative_to(package).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
