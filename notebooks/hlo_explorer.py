@@ -11,6 +11,12 @@ with app.setup:
     from tpu_workbench import notebook as nb
 
     SMOKE = wb.smoke_mode()
+    HLO_MODES = wb.hlo_modes()  # the modes that compile HLO here
+    # What the page measures on open, before any control is submitted.
+    DEFAULT_MODEL = "mingpt"
+    DEFAULT_MODE = "compile" if "compile" in HLO_MODES else HLO_MODES[0]
+    # Opcodes that only move values around, left out of the exercise's count.
+    PLUMBING = ("parameter", "constant", "get-tuple-element", "tuple")
 
 
 @app.cell(hide_code=True)
@@ -30,27 +36,51 @@ def _():
 
 @app.cell
 def _():
-    model = mo.ui.dropdown(wb.model_names(), value="mingpt", label="model")
-    _modes = wb.hlo_modes()  # the modes that compile HLO here
-    mode = mo.ui.dropdown(_modes, value="compile" if "compile" in _modes else _modes[0],
-                          label="mode")
-    mo.hstack([model, mode], justify="start", gap=2)
-    return mode, model
+    model_form = mo.ui.dropdown(wb.model_names(), value=DEFAULT_MODEL, label="model").form(
+        submit_button_label="run", label="**Model** (every section)")
+    mode_form = mo.ui.dropdown(HLO_MODES, value=DEFAULT_MODE, label="mode").form(
+        submit_button_label="run", label="**Mode** (the captured step)")
+    # A form sends nothing when submitted unchanged: capturing the same again is this button.
+    remeasure = mo.ui.run_button(label="measure again")
+    mo.vstack([
+        mo.hstack([model_form, mode_form], justify="start", align="start", gap=2),
+        mo.md("_The page measured the defaults when it opened. **run** measures a new choice: "
+              "a new mode re-captures one step; a new model re-captures it and the lazy and "
+              "dynamo runs below. minGPT and the MLP take seconds on XLA:CPU, **ResNet and "
+              "UNet minutes**._"),
+        mo.hstack([remeasure, mo.md("the captured step with the same choices")],
+                  justify="start", align="center", gap=1),
+    ])
+    return mode_form, model_form, remeasure
 
 
 @app.cell
-def _(mode, model):
-    _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
-                              mode=mode.value, steps=3 if SMOKE else 6,
+def _(model_form):
+    # Both measured sections read the model from here; only the next one reads the mode.
+    model_name = "mlp" if SMOKE else (model_form.value or DEFAULT_MODEL)
+    return (model_name,)
+
+
+@app.cell
+def _(mode_form, model_form, model_name, remeasure):
+    _spec = wb.ExperimentSpec(model=model_name, preset="tiny",
+                              mode=mode_form.value or DEFAULT_MODE, steps=3 if SMOKE else 6,
                               capture=("hlo", "profile"))
+    # An HLO capture always gets a fresh worker (a warm one would dump nothing), so what
+    # follows, the exercise included, comes from a step compiled from scratch.
     with mo.status.spinner(title=f"compiling and profiling {wb.label(_spec)}"):
-        result = wb.run(_spec)
+        result = wb.run(_spec, reuse=nb.reuse_ok() and model_form.value is None
+                        and mode_form.value is None and not remeasure.value)
     files = hlo.load_run_hlo(result)
     before = hlo.main_module(files, "before_optimizations")
     after = hlo.main_module(files, "after_optimizations")
-    nb.table(files[["module", "stage", "bytes", "file"]],
-             label=f"{files['module'].nunique()} module(s) compiled by the step")
-    return after, before, files, result
+    mo.vstack([
+        mo.md(f"## {wb.label(_spec)}\n\n{nb.provenance(result, button='measure again')}"),
+        nb.table(files[["module", "stage"]].assign(kb=files["bytes"] / 1e3)
+                 .rename(columns={"kb": "text (KB)"}),
+                 label=f"{files['module'].nunique()} module(s) compiled by the step"),
+    ])
+    return after, before, result
 
 
 @app.cell
@@ -58,23 +88,30 @@ def _(after, before):
     ops_before = hlo.instructions(before)
     ops_after = hlo.instructions(after)
     _s = hlo.summary(after)
-    mo.vstack([
-        mo.md(f"""
+    mo.md(f"""
     **Before optimisation**: {len(ops_before):,} instructions. **After**: {len(ops_after):,},
     of which {sum(_s["fusions_by_kind"].values())} fusions.
     FLOPs per step: XLA's cost analysis {nb.xla_flops_text(_s)}; the analytic dot and
     convolution count {_s["dot_flops"] / 1e9:,.3f} GFLOP.
-    """),
-        mo.hstack([wb.charts.op_mix(ops_before, top=15, title="before optimisation"),
-                   wb.charts.op_mix(ops_after, top=15, title="after optimisation")]),
-    ])
+    """)
     return ops_after, ops_before
 
 
 @app.cell
+def _(ops_after, ops_before):
+    mo.hstack([wb.charts.op_mix(ops_before, top=15, title="before optimisation"),
+               wb.charts.op_mix(ops_after, top=15, title="after optimisation")],
+              justify="start", gap=1)
+    return
+
+
+@app.cell
 def _(ops_after):
-    nb.table(wb.hlo.fusion_table(ops_after), page_size=10, selection="multi",
-             label="fusions XLA created (kernels it will run)")
+    _fusions = wb.hlo.fusion_table(ops_after).sort_values("fused_count", ascending=False,
+                                                         ignore_index=True)
+    nb.table(_fusions[["name", "fusion_kind", "fused_count", "fused_ops", "shape"]]
+             .rename(columns={"fused_count": "ops fused"}), page_size=8,
+             label=f"{len(_fusions)} fusions XLA created (kernels it will run), largest first")
     return
 
 
@@ -94,13 +131,17 @@ def _(after, result, target):
     _host = target.value == wb.roofline_targets()[0]
     # on this host: each op at its measured time; on a chip: where its FLOPs and bytes put it
     _what = "measured time per op" if _host else "where each op could sit"
-    mo.vstack([
-        wb.charts.roofline(_timed if _host else _cost, _peak, _bw,
-                           title=f"roofline: {_what}, {_source}"),
-        mo.md("Left of the ridge an op is limited by memory bandwidth, right of it by compute. "
-              "Elementwise fusions sit far left: on a TPU they are cheap only when fused into "
-              "the matmuls around them."),
-    ])
+    wb.charts.roofline(_timed if _host else _cost, _peak, _bw,
+                       title=f"roofline: {_what}, {_source}")
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    Left of the ridge an op is limited by memory bandwidth, right of it by compute. Elementwise
+    fusions sit far left: on a TPU they are cheap only when fused into the matmuls around them.
+    """)
     return
 
 
@@ -113,7 +154,8 @@ def _():
 
 @app.cell
 def _(after, pattern):
-    nb.table(hlo.search(after, pattern.value), page_size=8, label="matching instructions")
+    nb.table(hlo.search(after, pattern.value)[["computation", "name", "opcode", "text"]],
+             page_size=8, label="matching instructions")
     return
 
 
@@ -136,15 +178,32 @@ def _():
 
 
 @app.cell
-def _(model):
-    _runs = {}
+def _():
+    again = mo.ui.run_button(label="run lazy and dynamo again")
+    again
+    return (again,)
+
+
+@app.cell
+def _(again, model_form, model_name):
+    _reuse = nb.reuse_ok() and model_form.value is None and not again.value
+    _runs, _texts = [], {}
     for _m in ("lazy", "dynamo"):
-        _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
-                                  mode=_m, steps=2, capture=("hlo",))
-        _runs[_m] = hlo.read_hlo(hlo.load_run_hlo(wb.run(_spec)), "after_optimizations")
-    module_diff = hlo.diff_modules(_runs["lazy"], _runs["dynamo"], "lazy", "dynamo")
-    mo.vstack([wb.charts.diff_chart(module_diff, label_a="lazy", label_b="dynamo"),
-               nb.table(module_diff, page_size=8)])
+        _spec = wb.ExperimentSpec(model=model_name, preset="tiny", mode=_m, steps=2,
+                                  capture=("hlo",))
+        _runs.append(wb.run(_spec, reuse=_reuse))
+        _texts[_m] = hlo.read_hlo(hlo.load_run_hlo(_runs[-1]), "after_optimizations")
+    module_diff = hlo.diff_modules(_texts["lazy"], _texts["dynamo"], "lazy", "dynamo")
+    mo.vstack([mo.md(nb.provenance(_runs, button="run lazy and dynamo again")),
+               wb.charts.diff_chart(module_diff, label_a="lazy", label_b="dynamo")])
+    return (module_diff,)
+
+
+@app.cell
+def _(module_diff):
+    nb.table(module_diff[module_diff["delta"] != 0][["kind", "item", "a", "b", "delta"]]
+             .rename(columns={"a": "lazy", "b": "dynamo", "delta": "dynamo - lazy"}),
+             page_size=8, label="what differs (counts)")
     return
 
 
@@ -153,28 +212,30 @@ def _():
     mo.md(r"""
     ## Workshop exercise
 
-    **Which opcode appears most often in the optimised step** (leave out `parameter`,
-    `constant`, `get-tuple-element` and `tuple`, which only move values around)? Guess from what
-    a training step does, then check.
+    **Which opcode appears most often in the optimised step** captured above (leave out
+    `parameter`, `constant`, `get-tuple-element` and `tuple`, which only move values around)?
+    Guess from what a training step does, then check against the op mix.
     """)
     return
 
 
 @app.cell
 def _(ops_after):
-    answer = mo.ui.dropdown(sorted(set(ops_after["opcode"])), label="most frequent opcode")
+    answer = mo.ui.dropdown(sorted(set(ops_after["opcode"]) - set(PLUMBING)),
+                            label="most frequent opcode").form(submit_button_label="check")
     answer
     return (answer,)
 
 
 @app.cell
 def _(answer, ops_after):
-    _skip = {"parameter", "constant", "get-tuple-element", "tuple"}
-    _counts = ops_after[~ops_after["opcode"].isin(_skip)]["opcode"].value_counts()
+    mo.stop(answer.value is None, mo.md("_Pick an opcode, then press **check**._"))
+    mo.stop(not answer.value, mo.callout(mo.md("Pick an opcode first."), kind="warn"))
+    _counts = ops_after[~ops_after["opcode"].isin(PLUMBING)]["opcode"].value_counts()
     _top = _counts.index[0]
     _ok = answer.value == _top
     mo.callout(mo.md(f"The most frequent is **{_top}** ({_counts.iloc[0]} times). " + (
-        "Right." if _ok else f"You chose {answer.value or 'nothing'}: "
+        "Right." if _ok else f"You chose {answer.value}: "
         f"{_counts.get(answer.value, 0)} times.")), kind="success" if _ok else "warn")
     return
 

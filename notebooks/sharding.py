@@ -6,12 +6,26 @@ app = marimo.App(width="medium", app_title="Sharding: a model laid out on a TPU 
 with app.setup:
 
     import marimo as mo
+    import pandas as pd
 
     import tpu_workbench as wb
     from tpu_workbench import notebook as nb
     from tpu_workbench import sharding
 
     SMOKE = wb.smoke_mode()
+    # What the page measures on open, before any control is submitted.
+    DEFAULT_SETUP = {"model": "mingpt", "mesh": "v6e-8"}
+    DEFAULT_STRATEGY = "dp_tp"
+    EXERCISE_PARAMS = 2_700_000_000
+
+
+@app.function
+def strategies_for(mesh_shape: tuple[int, ...]) -> list[str]:
+    """The strategies the side-by-side section runs: all four on a 2-D mesh, dp and fsdp on a
+    1-D one (tp needs a model axis); dp and fsdp in smoke runs."""
+    if len(mesh_shape) == 2 and not SMOKE:
+        return list(sharding.STRATEGIES)
+    return ["dp", "fsdp"]
 
 
 @app.cell(hide_code=True)
@@ -33,30 +47,57 @@ def _():
 
 @app.cell
 def _():
-    mesh = mo.ui.dropdown(list(sharding.MESHES), value="v6e-8", label="mesh")
-    strategy = mo.ui.dropdown(list(sharding.STRATEGIES), value="dp_tp", label="strategy")
-    model = mo.ui.dropdown(wb.model_names(), value="mingpt", label="model")
-    mo.hstack([model, mesh, strategy], justify="start", gap=2)
-    return mesh, model, strategy
+    setup = mo.md("{model} {mesh}").batch(
+        model=mo.ui.dropdown(wb.model_names(), value=DEFAULT_SETUP["model"], label="model"),
+        mesh=mo.ui.dropdown(list(sharding.MESHES), value=DEFAULT_SETUP["mesh"], label="mesh"),
+    ).form(submit_button_label="run", label="**Model and mesh** (every section)")
+    pick = mo.ui.dropdown(list(sharding.STRATEGIES), value=DEFAULT_STRATEGY,
+                          label="strategy").form(
+        submit_button_label="run", label="**Strategy** (layout, memory and collectives)")
+    # A form sends nothing when submitted unchanged: measuring the same again is this button.
+    remeasure = mo.ui.run_button(label="measure again")
+    mo.vstack([
+        mo.hstack([setup, pick], justify="start", align="start", gap=2),
+        mo.md("_The page measured the defaults when it opened. **run** measures a new choice: "
+              "a new strategy is one training run; a new model or mesh is that and every "
+              "strategy below (four runs on a 2-D mesh). minGPT and the MLP take seconds a run "
+              "on XLA:CPU, **ResNet and UNet minutes**._"),
+        mo.hstack([remeasure, mo.md("the picked strategy with the same choices")],
+                  justify="start", align="center", gap=1),
+    ])
+    return pick, remeasure, setup
 
 
 @app.cell
-def _(mesh, model, strategy):
-    mesh_shape = sharding.MESHES[mesh.value]
-    _model = "mlp" if SMOKE else model.value
-    _strategy = strategy.value
-    if len(mesh_shape) == 1 and _strategy in ("tp", "dp_tp"):
+def _(setup):
+    # Both sections read the model and mesh from here; only the next one reads the strategy.
+    chosen = setup.value or DEFAULT_SETUP
+    model_name = "mlp" if SMOKE else chosen["model"]
+    mesh_name = chosen["mesh"]
+    mesh_shape = tuple(sharding.MESHES[mesh_name])
+    return mesh_name, mesh_shape, model_name
+
+
+@app.cell
+def _(mesh_name, mesh_shape, model_name, pick, remeasure, setup):
+    _asked = pick.value or DEFAULT_STRATEGY
+    _strategy = _asked
+    if len(mesh_shape) == 1 and _asked in ("tp", "dp_tp"):
         _strategy = "dp"  # tensor parallelism needs a 2-D (data, model) mesh
-    spec = wb.ExperimentSpec(model=_model, preset="tiny", mode="compile", steps=3,
-                             mesh=mesh_shape,
-                             strategy=_strategy, capture=("hlo",))
-    with mo.status.spinner(title=f"{_strategy} on a {mesh.value} mesh: compiling and training"):
-        result = wb.run(spec)
+    spec = wb.ExperimentSpec(model=model_name, preset="tiny", mode="compile", steps=3,
+                             mesh=mesh_shape, strategy=_strategy, capture=("hlo",))
+    with mo.status.spinner(title=f"{_strategy} on a {mesh_name} mesh: compiling and training"):
+        result = wb.run(spec, reuse=nb.reuse_ok() and setup.value is None
+                        and pick.value is None and not remeasure.value)
     layout = sharding.layout_frame(result)
-    mo.md(f"**{sharding.STRATEGIES[_strategy]}** on {mesh.value} "
-          f"({sharding.mesh_text(mesh_shape)}), {_model} tiny: "
-          f"{layout['tensor'].nunique()} tensors laid out.")
-    return layout, mesh_shape, result, spec
+    _note = (f" ({_asked} needs a 2-D mesh, so this is dp.)" if _strategy != _asked else "")
+    mo.md(f"""
+    ## {sharding.STRATEGIES[_strategy]} on {mesh_name}
+
+    {sharding.mesh_text(mesh_shape)} mesh, {model_name} tiny: {layout['tensor'].nunique()}
+    tensors laid out.{_note} {nb.provenance(result, button='measure again')}
+    """)
+    return layout, result, spec
 
 
 @app.cell
@@ -68,30 +109,50 @@ def _(layout):
 
 
 @app.cell
-def _(layout, mesh_shape, tensor):
-    _rows = layout[layout["tensor"] == tensor.value]
-    mo.vstack([
-        wb.charts.layout_grid(layout, tensor.value, mesh_shape),
-        nb.table(_rows[["device_name", "row", "col", "index_label", "shard_shape",
-                        "shard_bytes", "replica_id", "spec"]], label="what each device holds"),
-    ])
+def _(layout, spec, tensor):
+    wb.charts.layout_grid(layout, tensor.value, spec.mesh)
+    return
+
+
+@app.cell
+def _(layout, tensor):
+    _rows = layout[layout["tensor"] == tensor.value].assign(
+        shard_kb=lambda f: f["shard_bytes"] / 1e3)
+    nb.table(_rows[["device_name", "index_label", "shard_shape", "shard_kb", "replica_id"]]
+             .rename(columns={"index_label": "slice held", "shard_kb": "shard (KB)"}),
+             page_size=8, label=f"what each device holds of {tensor.value}")
     return
 
 
 @app.cell
 def _(result):
     memory = sharding.memory_per_device(result)
-    mo.vstack([
-        mo.md("""
+    _xla = sharding.xla_memory_parts(result)
+    _bars = float(memory["total_bytes"].max()) if len(memory) else 0.0
+    _mb = 1e6
+    _why = "" if _xla is None else f"""
+    The black tick is XLA's own total for the compiled step, **{_xla['total_bytes'] / _mb:.2f}
+    MB** a device against {_bars / _mb:.2f} MB of bars, because it counts everything the step
+    touches: its arguments, {_xla['arguments_bytes'] / _mb:.2f} MB (the parameters, Adam's
+    moments and the batch: the bars without the gradients), the updated weights and moments it
+    returns in new buffers, {_xla['outputs_bytes'] / _mb:.2f} MB, and temporaries,
+    {_xla['temporaries_bytes'] / _mb:.2f} MB (activations, gradients and intermediates). On a
+    tiny model the temporaries dominate; on a large one the parameters and Adam state do.
+    """
+    mo.md(f"""
     ## Memory per device
 
     **Parameters** and **inputs** are the buffers XLA laid out on each device in this run.
     **Gradients** and **optimizer** state are *derived* from them, not measured: a gradient has
     its parameter's layout (the same bytes), and Adam keeps two moments sharded like it (2 x
-    the parameter bytes). The black tick, where shown, is XLA's own total for the compiled step.
-    """),
-        wb.charts.memory_bars(memory),
-    ])
+    the parameter bytes). Activations are not in the bars. {_why}
+    """)
+    return (memory,)
+
+
+@app.cell
+def _(memory):
+    wb.charts.memory_bars(memory)
     return
 
 
@@ -99,20 +160,34 @@ def _(result):
 def _(result, spec):
     collectives = sharding.collectives_frame(result, chip="v6e", mesh_shape=spec.mesh)
     _total_us = collectives["estimated_us"].sum() if len(collectives) else 0.0
-    mo.vstack([
-        mo.md(f"""
+    mo.md(f"""
     ## Collectives XLA inserted
 
-    {len(collectives)} collectives in the partitioned step. On a v6e slice of this shape they
-    would take about **{nb.format_us(_total_us)}** per step if none overlapped with compute.
+    {len(collectives)} collectives in the partitioned step, moving
+    {collectives['bytes'].sum() / 1e6 if len(collectives) else 0:.2f} MB per device. On a v6e
+    slice of this shape they would take about **{nb.format_us(_total_us)}** per step if none
+    overlapped with compute.
 
     _{sharding.ici_assumptions("v6e")}_
-    """),
-        wb.charts.collective_bytes(collectives.assign(strategy=spec.strategy))
-        if len(collectives) else mo.md("_No collectives: nothing is split._"),
-        nb.table(collectives.drop(columns=["replica_groups"], errors="ignore"),
-                 page_size=8, selection=None),
-    ])
+    """)
+    return (collectives,)
+
+
+@app.cell
+def _(collectives, spec):
+    (wb.charts.collective_bytes(collectives.assign(strategy=spec.strategy))
+     if len(collectives) else mo.md("_No collectives: nothing is split._"))
+    return
+
+
+@app.cell
+def _(collectives):
+    _cols = ["kind", "axis", "shape", "kb", "group_size", "estimated_us"]
+    _show = collectives.assign(kb=collectives["bytes"] / 1e3).sort_values(
+        "kb", ascending=False, ignore_index=True)[_cols].rename(
+        columns={"kb": "KB per device", "group_size": "devices", "estimated_us": "v6e est. µs"})
+    nb.table(_show, page_size=8, label="each collective (largest first)") \
+        if len(collectives) else None
     return
 
 
@@ -121,26 +196,71 @@ def _():
     mo.md(r"""
     ## Every strategy, side by side
 
-    The same model and mesh under each strategy: step time here, and collective bytes (what
-    would cross the ICI on a TPU). Losses match the single-device run: sharding changes where
-    the numbers live, not what they are.
+    The same model and mesh under each strategy (the strategy picked above does not matter
+    here): the step time on this host, the collective bytes each strategy puts on the ICI, and
+    the training loss, which is the same under every strategy: sharding changes where the
+    numbers live, not what they are.
     """)
     return
 
 
 @app.cell
-def _(spec):
-    _strategies = (["dp", "fsdp"] if SMOKE else list(sharding.STRATEGIES)) \
-        if len(spec.mesh) == 2 else ["dp", "fsdp"]
-    _results = []
-    for _s in mo.status.progress_bar(_strategies, title="strategies", remove_on_exit=True):
-        _results.append(wb.run(spec.replace(strategy=_s, steps=3 if SMOKE else 6)))
-    by_strategy = sharding.summary_frame(_results)
-    mo.vstack([
-        wb.charts.step_time_per_strategy(by_strategy),
-        nb.table(by_strategy),
-    ])
+def _():
+    again = mo.ui.run_button(label="run every strategy again")
+    again
+    return (again,)
+
+
+@app.cell
+def _(again, mesh_shape, model_name, setup):
+    _reuse = nb.reuse_ok() and setup.value is None and not again.value
+    _strategies = strategies_for(mesh_shape)
+    strategy_runs = []
+    for _s in mo.status.progress_bar(_strategies, title="every strategy", remove_on_exit=True):
+        _spec = wb.ExperimentSpec(model=model_name, preset="tiny", mode="compile",
+                                  steps=3 if SMOKE else 6, mesh=mesh_shape, strategy=_s,
+                                  capture=("hlo",))
+        strategy_runs.append(wb.run(_spec, reuse=_reuse))
+    by_strategy = sharding.summary_frame(strategy_runs)
+    mo.vstack([mo.md(nb.provenance(strategy_runs, button="run every strategy again")),
+               wb.charts.step_time_per_strategy(by_strategy)])
+    return by_strategy, strategy_runs
+
+
+@app.cell
+def _(mesh_shape, strategy_runs):
+    _frames = [sharding.collectives_frame(r, chip="v6e", mesh_shape=mesh_shape)
+               .assign(strategy=r.spec.strategy) for r in strategy_runs]
+    _all = pd.concat([f for f in _frames if len(f)], ignore_index=True) \
+        if any(len(f) for f in _frames) else pd.DataFrame()
+    (wb.charts.collective_bytes(_all) if len(_all)
+     else mo.md("_No strategy here needs a collective._"))
     return
+
+
+@app.cell
+def _(by_strategy, strategy_runs):
+    _base = strategy_runs[0].steps.set_index("step")["loss"]
+    loss_gap = {r.spec.strategy: float((r.steps.set_index("step")["loss"] - _base).abs().max())
+                for r in strategy_runs}
+    _show = pd.DataFrame({
+        "strategy": by_strategy["strategy"],
+        "step (ms)": by_strategy["steady_median_ms"],
+        "collectives": by_strategy["collectives"],
+        "collective MB": by_strategy["collective_bytes"] / 1e6,
+        "params MB/device": by_strategy["params_bytes_per_device"] / 1e6,
+        "final loss": by_strategy["final_loss"],
+        f"max |loss - {strategy_runs[0].spec.strategy}|": [
+            f"{loss_gap[s]:.1e}" if loss_gap[s] else "0" for s in by_strategy["strategy"]],
+    })
+    mo.vstack([
+        nb.table(_show, label="every strategy: steady step time (median), collectives per "
+                 "step, parameters on the fullest device, and the loss"),
+        mo.md(f"Largest loss difference between strategies at any step: "
+              f"**{max(loss_gap.values()):.2g}** (float rounding: the sums run in a "
+              f"different order on different devices)."),
+    ])
+    return (loss_gap,)
 
 
 @app.cell(hide_code=True)
@@ -148,25 +268,31 @@ def _():
     mo.md(r"""
     ## Workshop exercise
 
-    **Fit a 2.7B-parameter minGPT on one v6e-8 host** (8 chips of 32 GB HBM each) for training
-    in fp32 with Adam: parameters, gradients and Adam's two moments, 16 bytes per parameter in
-    all (a 1.3B model would still fit replicated, at 20.8 GB a chip). Pick the strategy and mesh
-    you would use.
+    **Fit a 2.7B-parameter minGPT on one v6e host** (32 GB of HBM per chip) for training in
+    fp32 with Adam: parameters, gradients and Adam's two moments, 16 bytes per parameter in all
+    (a 1.3B model would still fit replicated, at 20.8 GB a chip). Pick the strategy and mesh
+    you would use, then **check**.
     """)
     return
 
 
 @app.cell
 def _():
-    pick_strategy = mo.ui.dropdown(list(sharding.STRATEGIES), value="dp", label="strategy")
-    pick_mesh = mo.ui.dropdown(["v6e-8", "v6e-4"], value="v6e-8", label="mesh")
-    mo.hstack([pick_strategy, pick_mesh], justify="start", gap=2)
-    return pick_mesh, pick_strategy
+    answer = mo.md("{strategy} {mesh}").batch(
+        strategy=mo.ui.dropdown(list(sharding.STRATEGIES), label="strategy"),
+        mesh=mo.ui.dropdown(["v6e-8", "v6e-4"], label="mesh"),
+    ).form(submit_button_label="check")
+    answer
+    return (answer,)
 
 
 @app.cell
-def _(pick_mesh, pick_strategy):
-    _verdict = sharding.fits(2_700_000_000, pick_strategy.value, pick_mesh.value, chip="v6e")
+def _(answer):
+    mo.stop(answer.value is None, mo.md("_Pick a strategy and a mesh, then press **check**._"))
+    _strategy, _mesh = answer.value["strategy"], answer.value["mesh"]
+    mo.stop(not _strategy or not _mesh,
+            mo.callout(mo.md("Pick both a strategy and a mesh."), kind="warn"))
+    _verdict = sharding.fits(EXERCISE_PARAMS, _strategy, _mesh, chip="v6e")
     mo.callout(mo.md(
         f"**{'Fits' if _verdict['fits'] else 'Does not fit'}.** {_verdict['reason']}"),
         kind="success" if _verdict["fits"] else "danger")

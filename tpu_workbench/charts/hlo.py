@@ -10,12 +10,15 @@ from ._common import require_columns
 
 
 def op_mix(ops: pd.DataFrame, top: int = 20, scope: str = "all",
-           title: str | None = None) -> alt.Chart:
+           title: str | None = None, width: int = 260) -> alt.Chart:
     """Bar chart of instructions per opcode (the `top` most frequent), from
     :func:`tpu_workbench.hlo.instructions` (columns ``opcode``, ``is_entry``).
 
     `scope`: ``all`` computations (fused ops included) or ``entry`` (top level only). With a
-    ``module`` column holding several modules, bars are stacked by module.
+    ``module`` column holding several modules, bars are stacked by module. `width` is the
+    plot's (the opcode labels come on top of it): the default leaves room for a second chart
+    beside it in a notebook, where a wider pair would be cut off at its right edge, the end of
+    the longest bars.
     """
     require_columns(ops, ["opcode", "is_entry"], "op_mix")
     if scope not in ("all", "entry"):
@@ -26,8 +29,10 @@ def op_mix(ops: pd.DataFrame, top: int = 20, scope: str = "all",
     counts = df.groupby(by).size().reset_index(name="count")
     keep = counts.groupby("opcode")["count"].sum().nlargest(top).index
     counts = counts[counts["opcode"].isin(keep)]
+    longest = int(counts.groupby("opcode")["count"].sum().max()) if len(counts) else 1
     enc = dict(
-        x=alt.X("count:Q", title="instructions"),
+        x=alt.X("count:Q", title="instructions",
+                scale=alt.Scale(domain=[0, longest], nice=True)),
         y=alt.Y("opcode:N", sort="-x", title=None),
         tooltip=[*by, "count"],
     )
@@ -35,10 +40,19 @@ def op_mix(ops: pd.DataFrame, top: int = 20, scope: str = "all",
         enc["color"] = alt.Color("module:N", title="module")
     where = "entry computation" if scope == "entry" else "all computations"
     return (alt.Chart(counts).mark_bar().encode(**enc)
-            .properties(title=title or f"op mix: top {top} opcodes ({where})", width=420,
+            .properties(title=title or f"op mix: top {top} opcodes ({where})", width=width,
                         height=max(120, 16 * len(keep))))
 
 
+
+
+def flop_unit(flops: float) -> tuple[str, float]:
+    """The unit a FLOP count of this size reads best in, and its scale: ``("GFLOP", 1e9)``
+    for 3.2e9, ``("MFLOP", 1e6)`` for 4.5e6 (never raw counts in a legend)."""
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if flops >= scale:
+            return unit, scale
+    return "FLOP", 1.0
 
 
 def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
@@ -75,10 +89,15 @@ def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
     y = alt.Y("flops_per_s:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"),
               title=f"{y_what} FLOP/s")
     line = alt.Chart(roof).mark_line(color="gray").encode(x=x, y=y)
-    tooltip = [c for c in ["name", "opcode", "fusion_kind", "source_op", "flops", "bytes",
-                           "intensity", "flops_per_s", "bound"] if c in df.columns]
-    size = alt.Size("flops:Q", title="FLOPs", scale=alt.Scale(type="sqrt")) if len(df) else \
-        alt.value(60)
+    unit, scale = flop_unit(float(df["flops"].max()) if len(df) else 0.0)
+    df["flop_amount"] = df["flops"] / scale
+    tooltip = [c for c in ["name", "opcode", "fusion_kind", "source_op"] if c in df.columns]
+    tooltip += [alt.Tooltip("flop_amount:Q", title=unit, format=",.3~f"),
+                alt.Tooltip("bytes:Q", title="bytes", format=",d"),
+                alt.Tooltip("intensity:Q", title="FLOP/byte", format=",.3~g"),
+                alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3~s"), "bound"]
+    size = alt.Size("flop_amount:Q", title=f"{unit} per op", scale=alt.Scale(type="sqrt"),
+                    legend=alt.Legend(format=",.3~g")) if len(df) else alt.value(60)
     points = alt.Chart(df).mark_circle(opacity=0.7).encode(
         x=x, y=y, color=alt.Color("opcode:N", title="opcode"), size=size, tooltip=tooltip)
     heading = title or (f"roofline: peak {peak_flops / 1e9:,.1f} GFLOP/s, "

@@ -6,6 +6,7 @@ Every function takes a DataFrame with the documented columns (from
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import altair as alt
@@ -66,11 +67,28 @@ def layout_grid(layout: pd.DataFrame, tensor: str, mesh_shape: Sequence[int],
               scale=alt.Scale(domain=list(range(rows))))
     base = alt.Chart(frame).encode(x=x, y=y)
     cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
-        color=alt.Color("index_label:N", title="slice held", scale=alt.Scale(scheme="tableau20")),
+        color=alt.Color("index_label:N", title="slice held", sort=slice_order(frame),
+                        scale=alt.Scale(scheme="tableau20")),
         tooltip=tooltip)
     text = base.mark_text(lineBreak="\n", fontSize=11, color="black").encode(text="label:N")
     return (cells + text).properties(
         title=alt.TitleParams(title, subtitle=subtitle), width=cell * cols, height=cell * rows)
+
+
+def slice_order(frame: pd.DataFrame) -> list[str]:
+    """The distinct ``index_label`` values of `frame` in numeric order of the slice they name
+    (by start, then end, per dim): ``0:64`` before ``64:128`` before ``192:256``, which string
+    order gets wrong. Uses the ``index`` column (``[[start, end], ...]``) where present, else the
+    numbers in the label (``:`` = the whole dim, first)."""
+    def key(row) -> tuple:
+        index = row.get("index")
+        if isinstance(index, list | tuple) and len(index):
+            return tuple(tuple(int(v) for v in pair) for pair in index)
+        return tuple(tuple(int(v) for v in re.findall(r"\d+", part)) or (-1,)
+                     for part in str(row["index_label"]).split(","))
+    firsts = frame.drop_duplicates("index_label")
+    return [label for _, label in sorted(
+        ((key(row), row["index_label"]) for _, row in firsts.iterrows()), key=lambda t: t[0])]
 
 
 def memory_long(memory: pd.DataFrame) -> pd.DataFrame:
@@ -110,6 +128,7 @@ def memory_bars(memory: pd.DataFrame) -> alt.Chart | alt.FacetChart:
     """
     long = memory_long(memory)
     labels = _part_labels(memory)
+    long["stack"] = long["part"].map({p: i for i, p in enumerate(PARTS.values())})
     long["part"] = long["part"].map(labels)
     order = list(dict.fromkeys(long.sort_values("device")["device_name"]))
     x = alt.X("device_name:N", title="device", sort=order)
@@ -118,7 +137,7 @@ def memory_bars(memory: pd.DataFrame) -> alt.Chart | alt.FacetChart:
         color=alt.Color("part:N", title="", sort=[labels[p] for p in PARTS.values()],
                         scale=alt.Scale(scheme="tableau10"),
                         legend=alt.Legend(labelLimit=300)),
-        order=alt.Order("part:N"),
+        order=alt.Order("stack:Q"),  # bottom to top in the legend's order
         tooltip=["device_name", "part", "source", alt.Tooltip("mb:Q", format=",.3f")])
     layers = [bars]
     if long["xla_total_mb"].notna().any():
@@ -126,11 +145,12 @@ def memory_bars(memory: pd.DataFrame) -> alt.Chart | alt.FacetChart:
             x=x, y=alt.Y("max(xla_total_mb):Q"),
             tooltip=[alt.Tooltip("max(xla_total_mb):Q", title="XLA total (MB)",
                                  format=",.3f")]))
-    title = alt.TitleParams(
-        "memory per device (black tick: XLA's total for the compiled step)"
-        if len(layers) > 1 else "memory per device",
-        subtitle=["params and inputs: the run's buffers; grads and optimizer: derived from "
-                  "params, not measured"])
+    subtitle = ["params and inputs: the run's buffers; grads and optimizer: derived from "
+                "params, not measured"]
+    if len(layers) > 1:
+        subtitle.append("black tick: XLA's total for the step, which also counts activations, "
+                        "temporaries and the new buffers the step returns")
+    title = alt.TitleParams("memory per device", subtitle=subtitle)
     chart = alt.layer(*layers, data=long)
     if "strategy" in long:
         return chart.properties(width=260, height=220).facet(
@@ -178,6 +198,7 @@ def step_time_per_strategy(summary: pd.DataFrame) -> alt.LayerChart:
               axis=alt.Axis(labelAngle=0))
     bars = alt.Chart(frame).mark_bar().encode(
         x=x, y=alt.Y("steady_median_ms:Q", title="steady step time (ms)"),
+        # the x axis names each colour: no legend needed
         color=alt.Color("strategy:N", legend=None), tooltip=tooltip)
     layers = [bars]
     if {"steady_p10_ms", "steady_p90_ms"} <= set(frame.columns):

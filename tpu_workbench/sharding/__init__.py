@@ -101,6 +101,7 @@ from .memory import (
     fits,
     memory_per_device,
     step_file,
+    xla_memory_parts,
 )
 from .mesh import (
     AXES_1D,
@@ -168,6 +169,7 @@ __all__ = [
     "fits",
     "memory_per_device",
     "step_file",
+    "xla_memory_parts",
     "COLLECTIVE_COLUMNS",
     "ICI_HOP_US",
     "collective_time_us",

@@ -132,3 +132,32 @@ def fits(n_params: int, strategy: str, mesh_shape: Sequence[int] | str, chip: st
             "activation_bytes": float(activation_bytes), "hbm_bytes": hbm,
             "usable_bytes": usable, "shards": shards, "devices": devices,
             "strategy": strategy, "mesh": list(mesh_shape), "chip": c.name, "reason": reason}
+
+
+def xla_memory_parts(result_or_hlo_dir: Any) -> dict[str, float] | None:
+    """XLA's own memory total for a run's train step, split the way a reader can check it
+    against :func:`memory_per_device` (for display; None where the run captured no HLO).
+
+    From the step's ``memory-usage-report.txt``, each allocation counted once (the report lists
+    the largest ones twice): ``arguments_bytes`` (the program's parameters: the model's
+    parameters, Adam's moments and the batch, as laid out on a device), ``outputs_bytes``
+    (buffers the step returns that are not written in place: the updated weights and moments),
+    ``temporaries_bytes`` (everything else: activations, gradients and intermediates, mostly one
+    preallocated block) and ``total_bytes`` (the report's own total).
+    """
+    hlo_dir = result_or_hlo_dir
+    if getattr(result_or_hlo_dir, "out_dir", None) is not None:
+        hlo_dir = Path(result_or_hlo_dir.out_dir) / "hlo"
+    report = step_file(Path(hlo_dir), "memory-usage-report.txt") if hlo_dir else None
+    if report is None:
+        return None
+    from .. import hlo
+
+    parsed = hlo.memory_report(report.read_text())
+    allocs = parsed["allocations"].drop_duplicates("allocation")
+    arguments = allocs["kind"] == "parameter"
+    outputs = ~arguments & allocs["maybe_live_out"]
+    return {"arguments_bytes": float(allocs.loc[arguments, "size_bytes"].sum()),
+            "outputs_bytes": float(allocs.loc[outputs, "size_bytes"].sum()),
+            "temporaries_bytes": float(allocs.loc[~arguments & ~outputs, "size_bytes"].sum()),
+            "total_bytes": float(parsed["total_bytes"])}
