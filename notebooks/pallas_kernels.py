@@ -17,6 +17,51 @@ with app.setup:
 
     SMOKE = wb.smoke_mode()
     TPU = wb.tpu_status()
+    HEAD_DIM = 32
+    # The shape the pictures and the numerical check start with.
+    DEFAULT_BLOCKS = dict(q_len=200, kv_len=200, block_q=64, block_k=128, causal=True,
+                          head_dim=HEAD_DIM, dtype="float32")
+
+
+@app.function
+@mo.cache
+def check_shape(q_len: int, block_q: int, block_k: int, causal: bool, dtype: str,
+                heads: int) -> dict:
+    """The attention kernel in interpret mode on random q/k/v (1, heads, q_len, HEAD_DIM)
+    against the PyTorch reference: relative error and the seconds of the first call (traces
+    the simulation), a second call and the reference. Cached per shape: a shape checked once
+    is shown again at once."""
+    dt = check.DTYPES[dtype]
+    gen = torch.Generator().manual_seed(0)
+    shape = (1, heads, q_len, HEAD_DIM)
+    q, k, v = (torch.randn(shape, generator=gen).to(dt) for _ in range(3))
+    seconds = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        out = torch_bridge.flash_attention(q, k, v, causal=causal, block_q=block_q,
+                                           block_k=block_k)
+        seconds.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    ref = check.attention_reference(q, k, v, causal)
+    reference_s = time.perf_counter() - t0
+    return {"shape": shape, "rel_error": kernels.relative_error(out, ref),
+            "first_s": seconds[0], "interpret_s": seconds[1], "reference_s": reference_s}
+
+
+@app.function
+def skipped_verdict(answer: float | None, skipped: int, total: int) -> tuple[str, str]:
+    """(callout kind, markdown) for the exercise: a prompt until an answer is submitted, a
+    range message outside 0-`total`, else the worked answer and whether it matches."""
+    if answer is None:
+        return "neutral", "Enter a number of grid steps and press **check**."
+    if answer != int(answer) or not 0 <= answer <= total:
+        return "danger", (f"{answer:g} is not a number of grid steps here: enter a whole "
+                          f"number from 0 to {total}.")
+    worked = (f"{skipped} of {total} steps are skipped (8 q blocks x 4 kv blocks; q blocks "
+              "0-1 skip kv blocks 1-3, 2-3 skip 2-3, 4-5 skip 3).")
+    if int(answer) == skipped:
+        return "success", f"Right: {worked}"
+    return "warn", f"You answered {int(answer)}. {worked}"
 
 
 @app.cell(hide_code=True)
@@ -73,19 +118,20 @@ def _():
 
 @app.cell
 def _():
-    seq_len = mo.ui.slider(start=8, stop=1024, step=8, value=200, label="sequence length",
-                           show_value=True)
-    block_q = mo.ui.dropdown(["8", "12", "16", "32", "64", "128"], value="64", label="block_q")
-    block_k = mo.ui.dropdown(["64", "128", "256"], value="128", label="block_k")
-    causal = mo.ui.checkbox(value=True, label="causal")
-    dtype = mo.ui.dropdown(["float32", "bfloat16"], value="float32", label="dtype")
+    _d = DEFAULT_BLOCKS
+    seq_len = mo.ui.slider(start=8, stop=1024, step=8, value=_d["q_len"],
+                           label="sequence length", show_value=True)
+    block_q = mo.ui.dropdown(["8", "12", "16", "32", "64", "128"], value=str(_d["block_q"]),
+                             label="block_q")
+    block_k = mo.ui.dropdown(["64", "128", "256"], value=str(_d["block_k"]), label="block_k")
+    causal = mo.ui.checkbox(value=_d["causal"], label="causal")
+    dtype = mo.ui.dropdown(["float32", "bfloat16"], value=_d["dtype"], label="dtype")
     mo.hstack([seq_len, block_q, block_k, causal, dtype], justify="start", gap=1.5)
     return block_k, block_q, causal, dtype, seq_len
 
 
 @app.cell
 def _(block_k, block_q, causal, dtype, seq_len):
-    HEAD_DIM = 32
     blocks = dict(q_len=seq_len.value, kv_len=seq_len.value, block_q=int(block_q.value),
                   block_k=int(block_k.value), causal=causal.value, head_dim=HEAD_DIM,
                   dtype=dtype.value)
@@ -103,7 +149,7 @@ def _(block_k, block_q, causal, dtype, seq_len):
     step = mo.ui.slider(start=0, stop=max(n_steps - 1, 1), value=min(3, n_steps - 1),
                         label="grid step", show_value=True)
     step
-    return HEAD_DIM, blocks, schedule, step
+    return blocks, schedule, step
 
 
 @app.cell
@@ -114,8 +160,7 @@ def _(blocks, schedule, step):
                                         blocks["dtype"])
     _copies = ", ".join(op for op in "QKV" if _here.loc[op, "fetched"]) or "nothing"
     _skipped = int((~schedule[schedule["operand"] == "Q"]["computes"]).sum())
-    mo.vstack([
-        mo.md(f"""
+    mo.md(f"""
     Step **{step.value}** = grid point (q block {_q.q_block}, kv block {_q.kv_block}):
     Q rows {_q.row_start}-{_q.row_end - 1}, K/V rows {_k.row_start}-{_k.row_end - 1}
     ({"computes" if _q.computes else "**skipped**: every key is after every query"}).
@@ -123,17 +168,32 @@ def _(blocks, schedule, step):
     {_skipped} are skipped. VMEM per step: {_vmem["total"] / 1024:,.0f} KiB
     (Q, K, V, O double-buffered, plus {(_vmem["m"] + _vmem["l"] + _vmem["acc"]) / 1024:,.0f}
     KiB of float32 scratch).
-    """),
-        wb.charts.kernel_schedule(schedule, step=step.value),
-        wb.charts.score_tiles(tiling.score_tiles(
-            blocks["q_len"], blocks["kv_len"], blocks["block_q"], blocks["block_k"],
-            blocks["causal"]), step=step.value),
-        mo.md("A skipped step keeps K/V **block 0** in its index map: the block the next row "
-              "of Q blocks starts with, so the pipeline copies nothing during skipped steps "
-              "(the trick of jax's own TPU flash attention). Rows past the sequence length are "
-              "padding: keys there get a large negative score, query rows there are sliced "
-              "off."),
-    ])
+    """)
+    return
+
+
+@app.cell
+def _(schedule, step):
+    wb.charts.kernel_schedule(schedule, step=step.value)
+    return
+
+
+@app.cell
+def _(blocks, step):
+    wb.charts.score_tiles(tiling.score_tiles(
+        blocks["q_len"], blocks["kv_len"], blocks["block_q"], blocks["block_k"],
+        blocks["causal"]), step=step.value)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    A skipped step keeps K/V **block 0** in its index map: the block the next row of Q blocks
+    starts with, so the pipeline copies nothing during skipped steps (the trick of jax's own
+    TPU flash attention). Rows past the sequence length are padding: keys there get a large
+    negative score, query rows there are sliced off.
+    """)
     return
 
 
@@ -150,29 +210,36 @@ def _():
 
 
 @app.cell
-def _(HEAD_DIM, blocks):
-    _dt = check.DTYPES[blocks["dtype"]]
-    _gen = torch.Generator().manual_seed(0)
-    _shape = (1, 2 if SMOKE else 4, blocks["q_len"], HEAD_DIM)
-    _q, _k, _v = (torch.randn(_shape, generator=_gen).to(_dt) for _ in range(3))
-    _t0 = time.perf_counter()
-    mine_out = torch_bridge.flash_attention(_q, _k, _v, causal=blocks["causal"],
-                                            block_q=blocks["block_q"], block_k=blocks["block_k"])
-    first_s = time.perf_counter() - _t0
-    _t0 = time.perf_counter()
-    torch_bridge.flash_attention(_q, _k, _v, causal=blocks["causal"], block_q=blocks["block_q"],
-                                 block_k=blocks["block_k"])
-    interpret_s = time.perf_counter() - _t0
-    _t0 = time.perf_counter()
-    _ref = check.attention_reference(_q, _k, _v, blocks["causal"])
-    reference_s = time.perf_counter() - _t0
-    mine_err = kernels.relative_error(mine_out, _ref)
-    _tol = check.TOLERANCE[blocks["dtype"]]
-    _what = (f"Your shape, q/k/v {_shape} {blocks['dtype']}, causal={blocks['causal']}: "
-             f"relative error {mine_err:.2e} (tolerance {_tol:.0e})")
-    mo.callout(mo.md(f"{_what}: within tolerance."), kind="success") if mine_err <= _tol \
-        else nb.failed_run_callout("flash attention vs reference", f"{_what}: above tolerance")
-    return first_s, interpret_s, reference_s
+def _():
+    check_button = mo.ui.run_button(label="check this shape")
+    mo.hstack([check_button, mo.md(
+        "_Runs the kernel in interpret mode on the shape above: seconds at the default "
+        "shape, about half a minute at 1024 tokens. The default shape is checked on open._")],
+        justify="start", align="center")
+    return (check_button,)
+
+
+@app.cell
+def _(blocks, check_button):
+    _asked = check_button.value or blocks == DEFAULT_BLOCKS
+    if _asked:
+        with mo.status.spinner(title="running the kernel in interpret mode"):
+            mine = check_shape(blocks["q_len"], blocks["block_q"], blocks["block_k"],
+                               blocks["causal"], blocks["dtype"], 2 if SMOKE else 4)
+        _tol = check.TOLERANCE[blocks["dtype"]]
+        _what = (f"Your shape, q/k/v {mine['shape']} {blocks['dtype']}, "
+                 f"causal={blocks['causal']}: relative error {mine['rel_error']:.2e} "
+                 f"(tolerance {_tol:.0e})")
+        _out = (mo.callout(mo.md(f"{_what}: within tolerance."), kind="success")
+                if mine["rel_error"] <= _tol else
+                nb.failed_run_callout("flash attention vs reference",
+                                      f"{_what}: above tolerance"))
+    else:
+        mine = None
+        _out = mo.md("_Press **check this shape** to compare the kernel with the reference on "
+                     "the shape picked above._")
+    _out
+    return (mine,)
 
 
 @app.cell
@@ -182,11 +249,15 @@ def _():
     with mo.status.spinner(title="running the kernels in interpret mode"):
         checks = pd.concat([check.check_rmsnorm(_rms), check.check_attention(_att)],
                            ignore_index=True)
-    mo.vstack([
-        wb.charts.kernel_errors(checks),
-        nb.table(checks.drop(columns="seconds"),
-                 label="kernel vs reference (the tests assert rel_error <= tolerance)"),
-    ])
+    wb.charts.kernel_errors(checks)
+    return (checks,)
+
+
+@app.cell
+def _(checks):
+    _sci = {c: checks[c].map("{:.1e}".format) for c in ("rel_error", "tolerance")}
+    nb.table(checks[["kernel", "dtype", "shape", "blocks"]].assign(**_sci), page_size=12,
+             label="kernel vs reference (the tests assert rel_error <= tolerance)")
     return
 
 
@@ -207,7 +278,7 @@ def _():
 
 
 @app.cell
-def _(HEAD_DIM, blocks):
+def _(blocks):
     _hlo = lowering.attention_stablehlo(2, blocks["q_len"], blocks["kv_len"], HEAD_DIM,
                                         dtype=blocks["dtype"], block_q=blocks["block_q"],
                                         block_k=blocks["block_k"], causal=blocks["causal"])
@@ -238,7 +309,7 @@ def _():
 
 
 @app.cell
-def _(first_s, interpret_s, reference_s):
+def _(mine):
     if TPU.available and not SMOKE:
         with mo.status.spinner(title="timing on the TPU (a subprocess holds the chip)"):
             _times = bench.run_tpu_benchmark()
@@ -248,16 +319,17 @@ def _(first_s, interpret_s, reference_s):
             nb.table(_times),
         ])
     else:
+        _took = ("" if mine is None else
+                 f"your shape took {nb.format_us(mine['interpret_s'] * 1e6)} per call (plus "
+                 f"{nb.format_us(max(mine['first_s'] - mine['interpret_s'], 0) * 1e6)} to "
+                 f"trace and compile the simulation once), PyTorch's reference "
+                 f"{nb.format_us(mine['reference_s'] * 1e6)}. ")
         _out = mo.callout(mo.md(
             f"**No TPU here, so no timing means anything.** Interpret mode simulates every "
-            f"grid step on the CPU with host callbacks: your shape took "
-            f"{nb.format_us(interpret_s * 1e6)} per call (plus "
-            f"{nb.format_us((first_s - interpret_s) * 1e6)} to trace and compile the "
-            f"simulation once), PyTorch's reference {nb.format_us(reference_s * 1e6)}. These "
-            f"numbers say nothing about a TPU. On a TPU this cell runs `kernels.bench` in a "
-            f"subprocess and times the compiled kernel against "
-            f"`F.scaled_dot_product_attention` compiled by XLA, on GPT-2 small's attention "
-            f"shapes."), kind="warn")
+            f"grid step on the CPU with host callbacks: {_took}These numbers say nothing "
+            f"about a TPU. On a TPU this cell runs `kernels.bench` in a subprocess and times "
+            f"the compiled kernel against `F.scaled_dot_product_attention` compiled by XLA, on "
+            f"GPT-2 small's attention shapes."), kind="warn")
     _out
     return
 
@@ -296,7 +368,8 @@ def _():
         _rows = []
         for _impl in ("xla", "pallas"):
             _r = wb.run(wb.ExperimentSpec(model="mingpt", preset="gpt-mini", mode="compile",
-                                          steps=20, options={"attention": _impl}))
+                                          steps=20, options={"attention": _impl}),
+                        reuse=nb.reuse_ok())
             _st = _r.steps[_r.steps["kind"] == "step"]
             _rows.append({"attention": _impl, "final loss": _st["loss"].iloc[-1],
                           "median step ms (steps 5+)": _st["wall_ms"].iloc[5:].median()})
@@ -319,22 +392,24 @@ def _():
 
 @app.cell
 def _():
-    answer = mo.ui.number(start=0, stop=1000, value=0, label="skipped steps")
+    answer = mo.ui.number(start=-1000, stop=1000, step=1, value=0,
+                          label="skipped steps").form(submit_button_label="check",
+                                                      bordered=False)
     answer
     return (answer,)
 
 
 @app.cell
-def _(answer):
-    _s = tiling.attention_schedule(512, 512, 64, 128, causal=True)
-    _q = _s[_s["operand"] == "Q"]
-    _skipped = int((~_q["computes"]).sum())
-    _ok = answer.value == _skipped
-    mo.callout(mo.md(
-        f"{_skipped} of {len(_q)} steps are skipped (8 q blocks x 4 kv blocks; q blocks 0-1 "
-        f"skip kv blocks 1-3, 2-3 skip 2-3, 4-5 skip 3). " + (
-            "Right." if _ok else f"You answered {answer.value}.")),
-        kind="success" if _ok else "warn")
+def _():
+    _q = tiling.attention_schedule(512, 512, 64, 128, causal=True).query("operand == 'Q'")
+    exercise_skipped, exercise_steps = int((~_q["computes"]).sum()), len(_q)
+    return exercise_skipped, exercise_steps
+
+
+@app.cell
+def _(answer, exercise_skipped, exercise_steps):
+    _kind, _text = skipped_verdict(answer.value, exercise_skipped, exercise_steps)
+    mo.callout(mo.md(_text), kind=_kind)
     return
 
 

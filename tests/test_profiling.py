@@ -107,19 +107,29 @@ def test_charts_encode_the_profile(profiled):
     assert {r["kind"] for r in rows} == {"HLO op", "runtime / host"}
 
     top = wb.charts.top_ops(profile.ops).to_dict()
-    assert _encoding(top) == {"x": "per_step_us", "y": "hlo_op"}
+    bars, labels = top["layer"]
+    assert _encoding(bars) == {"x": "per_step_us", "y": "hlo_op"}
+    assert _encoding(labels)["text"] == "label"
     rows = _rows(top)
     assert len(rows) == 15
     ops = profile.events[profile.events["hlo_op"].notna() & (profile.events["step"] >= 1)]
-    per_step = ops.groupby("hlo_op")["dur_us"].sum() / 4  # steady steps 1-4, by hand
+    self_us = profiling.self_times(ops)
+    per_step = self_us.groupby("hlo_op")["self_us"].sum() / 4  # steady steps 1-4
     for r in rows:
         assert r["per_step_us"] == pytest.approx(per_step[r["hlo_op"]])
+        assert r["label"] == f"{100 * r['share']:.1f}%"
     assert min(r["per_step_us"] for r in rows) >= per_step.drop([r["hlo_op"] for r in rows]).max()
+    x_max = top["layer"][0]["encoding"]["x"]["scale"]["domain"][1]
+    assert x_max > max(r["per_step_us"] for r in rows)  # room for the labels inside the plot
 
     breakdown = wb.charts.step_breakdown(profile.steps).to_dict()
-    enc = _encoding(breakdown)
-    assert (enc["x"], enc["y"], enc["color"]) == ("step", "ms", "part")
-    rows = _rows(breakdown)
+    first, steady = breakdown["hconcat"]
+    assert breakdown["resolve"]["scale"]["y"] == "independent"
+    for panel in (first, steady):
+        enc = _encoding(panel)
+        assert (enc["x"], enc["y"], enc["color"]) == ("step", "ms", "part")
+        assert "type" not in panel["encoding"]["y"].get("scale", {})  # linear, not symlog
+    rows = [r for panel in (first, steady) for r in breakdown["datasets"][panel["data"]["name"]]]
     assert len(rows) == 5 * 5  # 5 steps x compile, execute, transfer, host, idle
     assert {r["part"] for r in rows} == {"compile", "execute", "transfer", "host", "idle"}
     by_step = profile.steps.set_index("step")
@@ -127,6 +137,79 @@ def test_charts_encode_the_profile(profiled):
         assert r["ms"] == pytest.approx(by_step.loc[r["step"], r["part"] + "_us"] / 1e3)
     with pytest.raises(ValueError, match="no events in step 99"):
         wb.charts.timeline(profile.events, step=99)
+
+
+def _trace(path, events):
+    """A Chrome trace as torch_xla writes it: thread names, then complete ('X') events."""
+    import json
+
+    meta = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": name}}
+            for tid, name in ((1, "python"), (2, "tf_XLAEigen/7"), (3, "tf_XLAEigen/8"))]
+    rows = [{"ph": "X", "pid": 1, "tid": tid, "name": name, "ts": ts, "dur": dur, "args": args}
+            for tid, name, ts, dur, args in events]
+    path.write_text(json.dumps({"traceEvents": meta + rows}))
+    return path
+
+
+def _op(tid, name, ts, dur):
+    return (tid, name, ts, dur, {"hlo_module": "train_step.1", "hlo_op": name})
+
+
+def _step(n, ts, dur=200.0):
+    return (1, "train_step", ts, dur, {"step_num": n})
+
+
+def test_nested_ops_are_counted_once(tmp_path):
+    """A call around a fusion (XLA:CPU's `call.N` -> `..._fusion.clone`): the fusion keeps its
+    own time and the call only what it spends around it, so the top ops' shares add up to the
+    time the thread was busy (by hand below), not the call twice."""
+    events = [_step(0, 0.0), _op(2, "call.1", 10, 150)]  # step 0 compiles: left out
+    for n, t in ((1, 200.0), (2, 400.0)):
+        events += [_step(n, t),
+                   _op(2, "call.1", t + 10, 100), _op(2, "fusion.1.clone", t + 12, 96),
+                   _op(2, "dot.1", t + 120, 40),
+                   _op(3, "copy.1", t + 15, 30)]  # another thread, overlapping the call
+    ops = profiling.op_stats(profiling.read_events(_trace(tmp_path / "t.json", events)))
+    ops = ops.set_index("hlo_op")
+    assert list(ops.index) == ["fusion.1.clone", "dot.1", "copy.1", "call.1"]  # by self time
+    assert ops["per_step_us"].to_dict() == pytest.approx(
+        {"fusion.1.clone": 96, "dot.1": 40, "copy.1": 30, "call.1": 4})
+    assert ops.loc["call.1", "inclusive_per_step_us"] == pytest.approx(100)
+    assert ops.loc["fusion.1.clone", "inside"] == "call.1"
+    assert ops["inside"].drop("fusion.1.clone").isna().all()  # another thread is not "inside"
+    assert (ops["count"] == 2).all()
+    # shares of the two steady steps (200 us each): thread 2 busy 140 us of 200, once
+    assert ops["share"].to_dict() == pytest.approx(
+        {"fusion.1.clone": 0.48, "dot.1": 0.2, "copy.1": 0.15, "call.1": 0.02})
+    assert ops.loc[["fusion.1.clone", "dot.1", "call.1"], "share"].sum() == pytest.approx(0.7)
+
+
+def test_self_time_of_deeper_nesting_and_siblings(tmp_path):
+    """Three levels and two siblings: each level loses only its direct children's time."""
+    events = [_step(0, 0.0, 1000.0),
+              _op(2, "call.2", 100, 500),
+              _op(2, "fusion.a", 110, 200), _op(2, "inner.x", 120, 50),
+              _op(2, "fusion.b", 320, 100)]
+    frame = profiling.read_events(_trace(tmp_path / "t.json", events))
+    timed = profiling.self_times(frame[frame["hlo_op"].notna()]).set_index("hlo_op")
+    assert timed["self_us"].to_dict() == pytest.approx(
+        {"call.2": 500 - 200 - 100, "fusion.a": 150, "inner.x": 50, "fusion.b": 100})
+    assert timed["inside"].fillna("-").to_dict() == {"call.2": "-", "fusion.a": "call.2",
+                                                     "inner.x": "fusion.a",
+                                                     "fusion.b": "call.2"}
+    assert timed["self_us"].sum() == pytest.approx(500)  # the thread's busy time, once
+
+
+def test_open_hint_paths_are_relative_to_the_results_folder(tmp_path):
+    logdir = tmp_path / "results" / "run-1" / "profile"
+    trace = logdir / "plugins" / "profile" / "t" / "vm.trace.json.gz"
+    profile = profiling.Profile(pd.DataFrame(), trace, logdir)
+    hint = profile.open_hint(relative_to=tmp_path / "results", markdown=True)
+    assert str(tmp_path) not in hint
+    assert "`run-1/profile/plugins/profile/t/vm.trace.json.gz`" in hint
+    assert "`xprof --logdir run-1/profile`" in hint
+    assert all(line.startswith("- ") for line in hint.splitlines())
+    assert str(trace) in profile.open_hint()  # the CLI's plain form keeps full paths
 
 
 def _args(tmp_path, **kw):
@@ -167,9 +250,83 @@ def test_cli_writes_tables_and_says_how_to_open(tmp_path, capsys, results):
                                    "host_us", "idle_us"]
     assert list(steps["step"]) == [0, 1, 2]  # --steps 3
     ops = pd.read_csv(tmp_path / "o" / "ops.csv")
-    assert list(ops.columns) == ["hlo_module", "hlo_op", "count", "total_us", "mean_us",
-                                 "per_step_us", "share"]
+    assert list(ops.columns) == profiling.OP_COLUMNS
     assert len(ops) > 0 and (ops["count"] == 2).all()  # steady steps 1 and 2, each op once
     runner_steps = pd.read_csv(tmp_path / "o" / "runner_steps.csv")
     assert list(runner_steps["step"]) == [0, 1, 2]
     assert list((tmp_path / "o" / "profile").rglob("*.xplane.pb"))
+
+
+# --- the exercises of the profiling, mingpt, resnet and pallas_kernels notebooks -------------
+
+EXERCISES = {"profiling": "guess", "mingpt": "answer", "resnet": "answer",
+             "pallas_kernels": "answer"}
+_STARTS_WORK = re.compile(r"\b(?:wb\.run|run_live|run_many|submit|check_shape|check_attention|"
+                          r"check_rmsnorm)\(")
+
+
+def _notebook(stem):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(f"nb_{stem}_exercise", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("stem", sorted(EXERCISES))
+def test_checking_an_answer_starts_no_work(stem):
+    """Submitting an answer re-runs the cells below its form in marimo's dataflow graph: none
+    of them may run a worker (or a kernel), and the measured answer comes from a cell that
+    does not depend on the form. The expensive cells hang on their own run button."""
+    from marimo._ast.app import InternalApp
+
+    graph = InternalApp(_notebook(stem).app).graph
+    form = next(cid for cid, cell in graph.cells.items() if EXERCISES[stem] in cell.defs)
+    rerun = graph.descendants(form)
+    assert rerun, "the answer is never checked"
+    for cid in rerun:
+        assert not _STARTS_WORK.search(graph.cells[cid].code), graph.cells[cid].code
+    workers = [cid for cid, cell in graph.cells.items() if _STARTS_WORK.search(cell.code)]
+    for cid in workers:
+        assert form not in graph.ancestors(cid)
+    if stem != "pallas_kernels":  # its only work is in-process (a run button), no worker
+        assert workers and all("run_button" in graph.cells[cid].refs for cid in workers)
+
+
+def test_exercise_verdicts_hide_the_answer_until_submitted():
+    """Nothing is judged (nor shown) before a submit; out-of-range input gets a message; the
+    right answer is accepted and a wrong one is told the answer."""
+    prof = _notebook("profiling")
+    kind, text = prof.top3_verdict(None, 13.1)
+    assert kind == "neutral" and "13.1" not in text
+    assert prof.top3_verdict(150, 13.1)[0] == "danger"
+    assert prof.top3_verdict(-1, 13.1)[0] == "danger"
+    assert prof.top3_verdict(13.5, 13.1)[0] == "success"
+    kind, text = prof.top3_verdict(50, 13.1)
+    assert kind == "warn" and "13.1%" in text
+
+    gpt = _notebook("mingpt")
+    wte = 50_257 * 768 / 1e6  # GPT-2's token embedding, by hand: 38.6 M
+    kind, text = gpt.embedding_verdict(None)
+    assert kind == "neutral" and "38.6" not in text
+    assert gpt.embedding_verdict(wte)[0] == "success"
+    assert gpt.embedding_verdict(10.0)[0] == "warn"
+    assert gpt.embedding_verdict(500.0)[0] == "danger"
+
+    res = _notebook("resnet")
+    assert res.flops_verdict(None, 3.06)[0] == "neutral"
+    assert res.flops_verdict(3.0, 3.06)[0] == "success"
+    assert res.flops_verdict(49.0, 3.06)[0] == "warn"
+    assert res.flops_verdict(0.0, 3.06)[0] == "danger"
+
+    pallas = _notebook("pallas_kernels")
+    # 512 tokens, block_q 64, block_k 128: 8 x 4 steps; q block i computes kv blocks
+    # 0..floor(i / 2), so 4 + 4 + 2 + 2 + ... : 3+3+2+2+1+1+0+0 = 12 skipped, by hand
+    kind, text = pallas.skipped_verdict(None, 12, 32)
+    assert kind == "neutral" and "12" not in text
+    assert pallas.skipped_verdict(12, 12, 32)[0] == "success"
+    assert pallas.skipped_verdict(11, 12, 32)[0] == "warn"
+    assert pallas.skipped_verdict(33, 12, 32)[0] == "danger"
+    assert pallas.skipped_verdict(2.5, 12, 32)[0] == "danger"

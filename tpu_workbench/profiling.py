@@ -30,6 +30,14 @@ OPEN_HINT = (
     "XProf / TensorBoard: `xprof --logdir {logdir}` or `tensorboard --logdir {logdir}` with "
     "tensorboard-plugin-profile"
 )
+OPEN_HINT_MD = (
+    "- **Perfetto**: open <https://ui.perfetto.dev> and drop in `{trace}`\n"
+    "- **chrome://tracing**: load `{trace}`\n"
+    "- **XProf / TensorBoard**: `xprof --logdir {logdir}`, or `tensorboard --logdir {logdir}` "
+    "with tensorboard-plugin-profile"
+)
+OP_COLUMNS = ["hlo_module", "hlo_op", "inside", "count", "self_us", "inclusive_us", "mean_us",
+              "per_step_us", "inclusive_per_step_us", "share"]
 _COMPILE = re.compile(r"Compile|RunBackend|RunHloPasses|codegen", re.I)
 _TRANSFER = re.compile(r"Transfer|ToDevice|FromDevice|CopyToHost|TensorToData", re.I)
 _EXECUTE = re.compile(r"Execute|Thunk", re.I)
@@ -55,8 +63,21 @@ class Profile:
     def ops(self) -> pd.DataFrame:
         return op_stats(self.events)
 
-    def open_hint(self) -> str:
-        return OPEN_HINT.format(trace=self.trace_path, logdir=self.logdir)
+    def open_hint(self, relative_to: Path | str | None = None, markdown: bool = False) -> str:
+        """How to open the trace in Perfetto, chrome://tracing and XProf: plain text, or a
+        markdown list; with `relative_to` (e.g. the results folder) the paths are written
+        relative to it."""
+        trace, logdir = self.trace_path, self.logdir
+        if relative_to is not None:
+            trace, logdir = (_relative(p, Path(relative_to)) for p in (trace, logdir))
+        return (OPEN_HINT_MD if markdown else OPEN_HINT).format(trace=trace, logdir=logdir)
+
+
+def _relative(path: Path, base: Path) -> Path:
+    try:
+        return Path(path).resolve().relative_to(base.resolve())
+    except ValueError:
+        return Path(path)
 
 
 def find_trace(run_dir: Path) -> Path:
@@ -172,9 +193,48 @@ def step_breakdown(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("step", ignore_index=True) if rows else pd.DataFrame()
 
 
+def self_times(ops: pd.DataFrame) -> pd.DataFrame:
+    """`ops` (HLO op events: ``tid``, ``ts_us``, ``dur_us``, ``end_us``, ``hlo_op``) with two
+    columns added: ``self_us``, the event's duration less the HLO ops nested inside it on the
+    same thread, and ``inside``, the op it is nested in (None at the top level).
+
+    XLA:CPU runs some fusions inside a ``call.N`` op: the trace holds the call *and* the fusion
+    within it, so summing durations would count that time twice. Self times add up to the
+    time the thread spent in HLO ops, each microsecond counted once.
+    """
+    out = ops.copy()
+    self_us = out["dur_us"].to_numpy(dtype=float).copy()
+    parent: list[str | None] = [None] * len(out)
+    names = out["hlo_op"].tolist()
+    position = {label: i for i, label in enumerate(out.index)}
+    order = out.sort_values(["tid", "ts_us", "dur_us"], ascending=[True, True, False])
+    stack: list[tuple[int, float]] = []  # (row, end) of the ops enclosing the current one
+    last_tid = object()
+    for label, tid, start, end in zip(order.index, order["tid"], order["ts_us"],
+                                      order["end_us"], strict=True):
+        i = position[label]
+        if tid != last_tid:
+            stack, last_tid = [], tid
+        while stack and stack[-1][1] <= start:
+            stack.pop()
+        if stack and end <= stack[-1][1] + 1e-3:  # inside the op on top (1 ns of slack)
+            outer = stack[-1][0]
+            self_us[outer] -= end - start
+            parent[i] = names[outer]
+        stack.append((i, end))
+    out["self_us"] = self_us.clip(min=0.0)
+    out["inside"] = parent
+    return out
+
+
 def op_stats(events: pd.DataFrame, steady_only: bool = True) -> pd.DataFrame:
-    """Per executed HLO op: ``hlo_module``, ``hlo_op``, ``count``, ``total_us``, ``mean_us``,
-    ``per_step_us`` and ``share`` (of the summed duration of the steps counted), sorted by total.
+    """Per executed HLO op, sorted by self time: ``hlo_module``, ``hlo_op``, ``inside`` (the op
+    it runs nested in, if any), ``count``, ``self_us`` (total self time: nested ops left out),
+    ``inclusive_us`` (total duration, nested ops included), ``mean_us`` (self time per call),
+    ``per_step_us`` (self time per step), ``inclusive_per_step_us`` and ``share`` (self time
+    over the summed duration of the steps counted). Since nested time is counted once, the
+    shares of ops on one thread never add up to more than the thread's busy time; ops on
+    parallel threads overlap in time, so the shares of all threads are not bounded by 1.
 
     ``steady_only`` leaves out step 0 (which also compiles) when later steps exist.
     """
@@ -184,22 +244,31 @@ def op_stats(events: pd.DataFrame, steady_only: bool = True) -> pd.DataFrame:
         steps = steps[1:]
     ops = ops[ops["step"].isin(steps)]
     if ops.empty:
-        return pd.DataFrame(columns=["hlo_module", "hlo_op", "count", "total_us", "mean_us",
-                                     "per_step_us", "share"])
+        return pd.DataFrame(columns=OP_COLUMNS)
+    ops = self_times(ops)
     marks = events[(events["name"] == "train_step") & events["step"].isin(steps)]
-    step_total = float(marks["dur_us"].sum()) or float(ops["dur_us"].sum())
-    out = (ops.groupby(["hlo_module", "hlo_op"], as_index=False)
-           .agg(count=("dur_us", "size"), total_us=("dur_us", "sum"), mean_us=("dur_us", "mean")))
-    out["per_step_us"] = out["total_us"] / max(len(steps), 1)
-    out["share"] = out["total_us"] / step_total
-    return out.sort_values("total_us", ascending=False, ignore_index=True)
+    step_total = float(marks["dur_us"].sum()) or float(ops["self_us"].sum())
+    out = (ops.assign(inside=ops["inside"].fillna(""))
+           .groupby(["hlo_module", "hlo_op"], as_index=False)
+           .agg(inside=("inside", lambda v: v.mode().iloc[0]), count=("dur_us", "size"),
+                self_us=("self_us", "sum"), inclusive_us=("dur_us", "sum")))
+    out["inside"] = out["inside"].replace("", None)
+    out["mean_us"] = out["self_us"] / out["count"]
+    out["per_step_us"] = out["self_us"] / max(len(steps), 1)
+    out["inclusive_per_step_us"] = out["inclusive_us"] / max(len(steps), 1)
+    out["share"] = out["self_us"] / step_total
+    return out[OP_COLUMNS].sort_values("self_us", ascending=False, ignore_index=True)
 
 
 def op_costs_with_times(cost: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     """XLA's cost per op (:func:`tpu_workbench.hlo.per_op_cost` of the step's optimised HLO)
     joined with the profile's measured time per step of the same op: adds ``seconds`` (mean
-    per step) so a roofline plots *achieved* FLOP/s. Ops the profile did not see are dropped."""
-    times = ops.groupby("hlo_op", as_index=False)["per_step_us"].sum()
+    per step) so a roofline plots *achieved* FLOP/s. Ops the profile did not see are dropped.
+
+    The cost rows are top-level instructions whose figures include the computations they call,
+    so the time joined is the op's inclusive time (nested ops included), not its self time."""
+    times = (ops.groupby("hlo_op", as_index=False)["inclusive_per_step_us"].sum()
+             .rename(columns={"inclusive_per_step_us": "per_step_us"}))
     merged = cost.merge(times, left_on="name", right_on="hlo_op", how="inner")
     merged["seconds"] = merged["per_step_us"] / 1e6
     return merged.drop(columns=["hlo_op"])

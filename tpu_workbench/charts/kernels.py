@@ -50,7 +50,7 @@ def kernel_schedule(schedule: pd.DataFrame, step: int | None = None,
         stroke=alt.condition("datum.current", alt.value("black"), alt.value(None)),
         strokeWidth=alt.condition("datum.current", alt.value(2.5), alt.value(0)),
         tooltip=["step", "grid_step", "operand", "row_start", "x2", "state", "copy"],
-    ).properties(width=170, height=min(max(22 * n_steps, 120), 480)).facet(
+    ).properties(width=170, height=min(max(22 * n_steps, 120), 400)).facet(
         column=alt.Column("operand:N", sort=["Q", "K", "V", "O"], title=None),
     ).properties(title=alt.TitleParams(title, subtitle=[
         "grid step (i, j) = (q block, kv block); faded = block already in VMEM (no copy)"]))

@@ -31,34 +31,61 @@ def timeline(events: pd.DataFrame, step: int, max_events: int = 4000) -> alt.Cha
     )
 
 
-def top_ops(ops: pd.DataFrame, n: int = 15) -> alt.Chart:
-    """The `n` HLO ops with the most time per step. Columns: ``hlo_op``, ``per_step_us``,
-    ``share``, ``count``."""
-    top = ops.nlargest(n, "per_step_us")
-    return (
-        alt.Chart(top)
-        .mark_bar()
-        .encode(x=alt.X("per_step_us:Q", title="µs per step"),
-                y=alt.Y("hlo_op:N", sort="-x", title=None),
-                tooltip=["hlo_op", "hlo_module", "count",
-                         alt.Tooltip("per_step_us:Q", format=",.1f"),
-                         alt.Tooltip("share:Q", format=".1%")])
-        .properties(title=f"top {len(top)} HLO ops (steady steps)", width=480)
-    )
+def top_ops(ops: pd.DataFrame, n: int = 15, width: int = 360) -> alt.LayerChart:
+    """The `n` HLO ops with the most self time per step (nested ops not counted twice), each
+    bar labelled with its share of a steady step. Columns (of
+    :func:`tpu_workbench.profiling.op_stats`): ``hlo_op``, ``per_step_us``, ``share``,
+    ``count``, ``hlo_module``, ``inside``."""
+    top = ops.nlargest(n, "per_step_us").assign(
+        label=lambda d: (100 * d["share"]).map(lambda v: f"{v:.1f}%"))
+    if "inside" not in top.columns:
+        top = top.assign(inside=None)
+    top["inside"] = top["inside"].fillna("(top level)")
+    x_max = float(top["per_step_us"].max()) * 1.22 if len(top) else 1.0
+    base = alt.Chart(top).encode(
+        x=alt.X("per_step_us:Q", title="µs per steady step (self time)",
+                scale=alt.Scale(domain=[0, x_max], nice=False)),
+        y=alt.Y("hlo_op:N", sort="-x", title=None, axis=alt.Axis(labelLimit=260)),
+        tooltip=["hlo_op", "inside", "hlo_module", "count",
+                 alt.Tooltip("per_step_us:Q", format=",.1f", title="self µs per step"),
+                 alt.Tooltip("share:Q", format=".1%", title="share of a step")])
+    bars = base.mark_bar()
+    labels = base.mark_text(align="left", dx=3, fontSize=11).encode(text="label:N")
+    return (bars + labels).properties(
+        width=width, height=alt.Step(16), title=alt.TitleParams(
+            f"top {len(top)} HLO ops by self time (steady steps)",
+            subtitle=["label: share of a steady step; an op nested in a call counts once"]))
 
 
-def step_breakdown(steps: pd.DataFrame) -> alt.Chart:
-    """Stacked bars per step: compile, execute, transfer, host and idle time. Columns:
-    ``step`` and the ``*_us`` parts of :func:`tpu_workbench.profiling.step_breakdown`."""
+def step_breakdown(steps: pd.DataFrame) -> alt.HConcatChart:
+    """Stacked bars per step: compile, execute, transfer, host and idle time, on linear axes:
+    step 0 (which compiles) in a panel of its own, the steady steps beside it on their own
+    scale, so both read true. Columns: ``step`` and the ``*_us`` parts of
+    :func:`tpu_workbench.profiling.step_breakdown`."""
+    parts = [p.removesuffix("_us") for p in BREAKDOWN]
     long = steps.melt(id_vars=["step"], value_vars=BREAKDOWN, var_name="part", value_name="us")
     long["part"] = long["part"].str.removesuffix("_us")
     long["ms"] = long["us"] / 1e3
-    return (
-        alt.Chart(long)
-        .mark_bar()
-        .encode(x=alt.X("step:O"), y=alt.Y("ms:Q", title="ms", scale=alt.Scale(type="symlog")),
-                color=alt.Color("part:N", sort=[p.removesuffix("_us") for p in BREAKDOWN]),
-                order=alt.Order("part:N"),
-                tooltip=["step", "part", alt.Tooltip("ms:Q", format=",.2f")])
-        .properties(title="where each step's time went (symlog scale)", width=480)
-    )
+    long["order"] = long["part"].map(parts.index)
+
+    def panel(frame: pd.DataFrame, title: str, width: int) -> alt.Chart:
+        return (
+            alt.Chart(frame)
+            .mark_bar()
+            .encode(x=alt.X("step:O", title="step", axis=alt.Axis(labelAngle=0)),
+                    y=alt.Y("ms:Q", title="ms", stack="zero"),
+                    color=alt.Color("part:N", sort=parts, scale=alt.Scale(domain=parts),
+                                    title="part of the step"),
+                    order=alt.Order("order:Q"),
+                    tooltip=["step", "part", alt.Tooltip("ms:Q", format=",.2f")])
+            .properties(title=title, width=width, height=220)
+        )
+
+    first = long[long["step"] == long["step"].min()]
+    rest = long[long["step"] != long["step"].min()]
+    charts = [panel(first, "step 0 (compiles)", 60)]
+    if len(rest):
+        charts.append(panel(rest, "steady steps (own scale)",
+                            min(max(32 * rest["step"].nunique(), 160), 460)))
+    return alt.hconcat(*charts).resolve_scale(y="independent").properties(
+        title="where each step's time went (linear ms axes)")
