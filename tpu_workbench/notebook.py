@@ -49,7 +49,7 @@ def _where(result) -> str:
 def provenance(results, button: str = "run") -> str:
     """Markdown: when and where `results` (a RunResult, a list of them or a Comparison) were
     measured, and whether they were reused from the results folder (press `button` to measure
-    again) or measured just now."""
+    again) or measured just now. A reused line begins "_Reused" (the benchmark counts them)."""
     items = list(getattr(results, "results", results) if not hasattr(results, "spec")
                  else [results])
     if not items:
@@ -67,7 +67,7 @@ def provenance(results, button: str = "run") -> str:
         return (f"_Reused: measured at {span} on {where}; press **{button}** to measure "
                 "again._")
     if reused:
-        return (f"_{reused} of {len(items)} runs reused from the results folder; measured at "
+        return (f"_Reused {reused} of {len(items)} runs from the results folder; measured at "
                 f"{span} on {where}; press **{button}** to measure again._")
     return f"_Measured just now ({span}) on {where}._"
 
