@@ -10,6 +10,13 @@ with app.setup:
     from tpu_workbench import notebook as nb
 
     SMOKE = wb.smoke_mode()
+    SLOW_MODELS = ("resnet", "unet")
+    # Sections that have run since the notebook opened (see `may_measure`).
+    OPENED: set[str] = set()
+    # The exercise's run: the first `.item()` comes at step 2 of a lazy run of the small MLP.
+    EXERCISE = wb.ExperimentSpec(model="mlp", preset="tiny", mode="lazy", steps=4,
+                                 change="item", change_at=2)
+    ANSWER_RANGE = (0, 10)
 
 
 @app.cell(hide_code=True)
@@ -25,7 +32,10 @@ def _():
     compile again.
 
     Each mode runs in a **fresh worker** by default, so its first step pays the full compile: a
-    warm worker serves any graph it compiled before, whatever mode asked for it.
+    warm worker serves any graph it compiled before, whatever mode asked for it. Every section
+    measures once when the notebook opens, then again only when you press its **run** button;
+    runs measured before in this same environment are shown at once, labelled with when and
+    where they were measured.
     """)
     return
 
@@ -36,14 +46,20 @@ def _():
     # TorchTPU's modes appear where TorchTPU finds a chip; inductor is offered, not picked
     modes = mo.ui.multiselect(wb.available_modes(), label="modes",
                               value=wb.comparison_modes())
-    steps = mo.ui.slider(5, 60, value=20, step=5, label="steps", show_value=True)
+    steps = mo.ui.slider(5, 60, value=10, step=5, label="steps", show_value=True)
     cold = mo.ui.checkbox(value=True, label="fresh worker per mode (cold compile)")
-    mo.hstack([model, modes, steps, cold], justify="start", gap=1.5, wrap=True)
-    return cold, model, modes, steps
+    run_modes = mo.ui.run_button(label="run")
+    mo.vstack([
+        mo.hstack([model, modes, steps, cold, run_modes], justify="start", gap=1.5, wrap=True),
+        mo.md(f"_The model is used by every section below. {' and '.join(SLOW_MODELS)} take "
+              "minutes per mode on a CPU._"),
+    ])
+    return cold, model, modes, run_modes, steps
 
 
 @app.cell
-def _(cold, model, modes, steps):
+def _(cold, model, modes, run_modes, steps):
+    _go = may_measure("modes", run_modes.value)
     # Smoke mode (CI): the smallest model, few steps, shared warm workers.
     _n = 3 if SMOKE else steps.value
     _modes = ["eager", "lazy", "compile"] if SMOKE else modes.value
@@ -51,24 +67,43 @@ def _(cold, model, modes, steps):
     _specs = [wb.ExperimentSpec(model=_model, preset="tiny", mode=_m, steps=_n)
               for _m in _modes]
     mo.stop(not _specs, mo.callout(mo.md("Pick at least one mode above."), kind="info"))
-    comparison = wb.run_live(_specs, cold=cold.value and not SMOKE)
+    _reuse = nb.reuse_ok() and not run_modes.value
+    mo.stop(not _go and not (_reuse and all(wb.reusable(_s) for _s in _specs)),
+            mo.callout(mo.md("Press **run** above to measure these settings."), kind="info"))
+    comparison = wb.run_live(_specs, cold=cold.value and not SMOKE, reuse=_reuse)
     return (comparison,)
 
 
 @app.cell
 def _(comparison):
     summary = comparison.summary
-    _cols = ["mode", "first_step_ms", "steady_median_ms", "steady_p10_ms", "steady_p90_ms",
-             "compiles_total", "compiles_steady", "executions_per_step", "items_per_s", "mfu",
-             "final_loss"]
+    _cols = ["mode", "first_step_ms", "steady_median_ms", "compiles_total", "compiles_steady",
+             "mfu"]
     _failures = nb.run_failures(comparison, summary)  # a failed run, or no summary at all
     mo.vstack([
+        mo.md(nb.provenance(comparison)),
         *_failures,
-        nb.table(summary[_cols], label="per-mode summary"),
-        mo.hstack([wb.charts.steady_times(summary), wb.charts.first_vs_steady(summary)]),
-        wb.charts.compiles_per_mode(summary),
-    ]) if len(summary) else mo.vstack(_failures)
+        nb.table(summary[_cols], label="per-mode summary") if len(summary) else mo.md(""),
+    ])
     return (summary,)
+
+
+@app.cell
+def _(summary):
+    wb.charts.first_vs_steady(summary) if len(summary) else mo.md("")
+    return
+
+
+@app.cell
+def _(summary):
+    wb.charts.steady_times(summary) if len(summary) else mo.md("")
+    return
+
+
+@app.cell
+def _(summary):
+    wb.charts.compiles_per_mode(summary) if len(summary) else mo.md("")
+    return
 
 
 @app.cell(hide_code=True)
@@ -80,8 +115,8 @@ def _(summary):
     `steady_*` are the median and spread of every later step, timed after waiting for the
     device. `compiles_steady` should be 0: a compile in steady state is a recompilation, the
     most common performance bug on TPUs. `mfu` is achieved FLOP/s (analytic FLOPs of the step)
-    over the peak ({_peak}). On a CPU, XLA is rarely faster than PyTorch; on a TPU, `lazy` and
-    `compile` are how you get near the chip's peak, because the whole step is one program.
+    over the peak ({_peak}). On a CPU, XLA is rarely faster than PyTorch; on a TPU, `lazy`
+    and `compile` are how you get near the chip's peak, because the whole step is one program.
     """)
     return
 
@@ -94,9 +129,9 @@ def _():
     XLA compiles a program per distinct graph: same ops, same shapes, same dtypes, same outputs.
     Change one and the step is a new program: a cache miss. Pick a change (a new batch size, a
     shorter sequence for minGPT, bfloat16 autocast, a `.item()` inside the step, one more tensor
-    kept alive); it is applied from step 3 on, in `lazy` mode, with torch_xla's own compilation
-    analysis switched on (it slows steps, so it is opt-in). The table gives what we changed
-    (`trigger`), torch_xla's cause and our reading of it.
+    kept alive) and press **run**; it is applied from step 3 on, in `lazy` mode, with
+    torch_xla's own compilation analysis switched on (it slows steps, so it is opt-in). The
+    table gives what we changed (`trigger`), torch_xla's cause and our reading of it.
     """)
     return
 
@@ -105,12 +140,14 @@ def _():
 def _():
     change = mo.ui.dropdown({v: k for k, v in wb.CHANGES.items()},
                             value=wb.CHANGES["batch_size"], label="change at step 3")
-    change
-    return (change,)
+    run_change = mo.ui.run_button(label="run")
+    mo.hstack([change, run_change], justify="start", gap=2)
+    return change, run_change
 
 
 @app.cell
-def _(change, model):
+def _(change, model, run_change):
+    _go = may_measure("recompile", run_change.value)
     _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
                               mode="lazy", steps=5 if SMOKE else 8, change=change.value,
                               change_at=3)
@@ -118,13 +155,23 @@ def _(change, model):
         _spec.validate()
     except wb.SpecError as _exc:
         mo.stop(True, mo.callout(mo.md(f"This change does not apply here: {_exc}"), kind="warn"))
-    recompile_run = wb.run(_spec)
+    _reuse = nb.reuse_ok() and not run_change.value
+    mo.stop(not _go and not (_reuse and wb.reusable(_spec)),
+            mo.callout(mo.md("Press **run** above to measure this change."), kind="info"))
+    with mo.status.spinner(title=f"lazy {_spec.model}, changed at step 3"):
+        recompile_run = wb.run(_spec, reuse=_reuse)
     compiles = wb.compile_events([recompile_run])
     mo.vstack([
+        mo.md(nb.provenance(recompile_run)),
         wb.charts.recompile_timeline(compiles, _spec.steps),
-        nb.table(compiles[["step", "trigger", "cause", "explanation", "inputs", "outputs",
-                           "frame"]], label="every compilation, with torch_xla's cause"),
     ])
+    return (compiles,)
+
+
+@app.cell
+def _(compiles):
+    nb.table(compiles[["step", "trigger", "cause", "explanation"]],
+             label="every compilation, with torch_xla's cause", page_size=5)
     return
 
 
@@ -138,28 +185,49 @@ def _():
     everything), then again (every graph is a cache hit: `CachedCompile` goes up,
     `UncachedCompile` does not), then with the batch doubled (a new shape: a miss, compiled once
     more). This is why the workbench keeps workers warm between notebook runs, and why the
-    first minutes of a TPU session are spent compiling.
+    first minutes of a TPU session are spent compiling. The study starts a worker of its own
+    each time it runs.
     """)
     return
 
 
 @app.cell
-def _(model):
+def _():
+    run_cache = mo.ui.run_button(label="run")
+    run_cache
+    return (run_cache,)
+
+
+@app.cell
+def _(model, run_cache):
+    _go = may_measure("cache", run_cache.value)
     _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny", mode="lazy",
                               steps=3 if SMOKE else 6)
+    mo.stop(not _go, mo.callout(mo.md(f"Press **run** above to study {_spec.model}'s compile "
+                                      "cache."), kind="info"))
     with mo.status.progress_bar(total=3, title="cache study", subtitle="cold worker",
                                 remove_on_exit=True) as _bar:
         _next = {"cold": "warm worker", "warm": "new shape", "miss": "done"}
         cache = wb.cache_study(_spec, on_run=lambda s, r: _bar.update(subtitle=_next[s]))
-    _runs = cache.runs[["label", "batch_size", "first_step_ms", "steady_median_ms", "compiles",
-                        "cache_hits", "cached_graphs", "compile_ms", "saved_ms"]]
     mo.vstack([
+        mo.md(nb.provenance(cache.results)),
         wb.charts.cache_first_steps(cache.runs),
-        nb.table(_runs, label="one row per run, same worker"),
-        nb.table(cache.compiles[["scenario", "step", "trigger", "cause", "explanation"]],
-                 label="compilations during the steps, with their cause"),
     ])
     return (cache,)
+
+
+@app.cell
+def _(cache):
+    nb.table(cache.runs[["label", "first_step_ms", "compiles", "cache_hits", "saved_ms"]],
+             label="one row per run, same worker")
+    return
+
+
+@app.cell
+def _(cache):
+    nb.table(cache.compiles[["scenario", "step", "trigger", "explanation"]],
+             label="compilations during the steps, with their cause", page_size=5)
+    return
 
 
 @app.cell(hide_code=True)
@@ -182,18 +250,28 @@ def _(cache):
 
 
 @app.cell
-def _(model):
+def _():
+    run_persistent = mo.ui.run_button(label="run")
+    run_persistent
+    return (run_persistent,)
+
+
+@app.cell
+def _(model, run_persistent):
+    _go = may_measure("persistent", run_persistent.value)
     mo.stop(SMOKE, mo.callout(mo.md(
         "Smoke mode (CI) skips this check, which starts two fresh workers; "
         "`tests/test_compile_cache.py` runs it, and so does "
         "`tpu-workbench cache --persistent --out DIR`."), kind="info"))
+    mo.stop(not _go, mo.callout(mo.md(f"Press **run** above to check {model.value} across two "
+                                      "processes."), kind="info"))
     _spec = wb.ExperimentSpec(model=model.value, preset="tiny", mode="lazy", steps=3)
     with mo.status.spinner(title="two fresh workers with the persistent cache"):
         persistent = wb.persistent_cache_check(_spec)
     mo.vstack([
         mo.callout(mo.md(persistent.verdict), kind="success" if persistent.readable else "warn"),
-        nb.table(persistent.runs[["process", "first_step_ms", "compiles", "persistent_misses",
-                                  "persistent_hits", "deserialize_failures", "files"]],
+        nb.table(persistent.runs[["process", "first_step_ms", "compiles", "persistent_hits",
+                                  "persistent_misses", "deserialize_failures"]],
                  label="each process's persistent-cache counters"),
     ])
     return
@@ -201,38 +279,86 @@ def _(model):
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    mo.md(f"""
     ## Workshop exercise
 
     Reading a value in the middle of a step (`loss.item()`, `print(loss)`, an `if` on a tensor)
     forces XLA to run what it has traced so far. **In `lazy` mode, how many new programs does
     XLA compile at the first step where the loss is read with `.item()` before `backward()`?**
-    Run the change `item` above, or reason it out, then enter your answer.
+    Pick the change `.item()` in *What makes XLA compile again?* and press its **run**, or reason
+    it out, then enter a number from {ANSWER_RANGE[0]} to {ANSWER_RANGE[1]} and press
+    **check**. The answer was measured once, on the small MLP in a fresh worker, so no earlier
+    run's cache changes it.
     """)
     return
 
 
 @app.cell
 def _():
-    answer = mo.ui.number(start=0, stop=10, value=0, label="new compilations at that step")
+    # Measured once, in a fresh worker; checking an answer never starts one.
+    measured_answer = exercise_answer(reuse=nb.reuse_ok())
+    return (measured_answer,)
+
+
+@app.cell
+def _():
+    answer = mo.ui.text(label="new compilations at that step", placeholder="a whole number").form(
+        submit_button_label="check", bordered=False)
     answer
     return (answer,)
 
 
 @app.cell
-def _(answer):
-    _spec = wb.ExperimentSpec(model="mlp", mode="lazy", steps=4, change="item", change_at=2)
-    _measured = int(wb.run(_spec).steps.set_index("step").loc[2, "compiles"])
-    _ok = answer.value == _measured
-    mo.callout(mo.md(
-        f"Measured: **{_measured}** new compilation(s) at the step that first calls `.item()`. "
-        + ("Right: the forward pass up to the loss is a new program, run to produce the value. "
-           "At the end of the step torch_xla still holds the trace of the whole step, which is "
-           "the graph it compiled at step 0: a cache hit (see `cached` in the steps), though "
-           "the step now runs two executables." if _ok else
-           f"You said {answer.value}. Hint: count the graphs XLA has not seen before; compare "
-           "the `compiles` and `cached` columns of that step.")), kind="success" if _ok else "warn")
+def _(answer, measured_answer):
+    mo.stop(answer.value is None,
+            mo.md("_Enter a number and press **check**; nothing is judged before that._"))
+    _kind, _verdict = judge_compiles(answer.value, measured_answer)
+    mo.callout(mo.md(_verdict), kind=_kind)
     return
+
+
+@app.function(hide_code=True)
+def may_measure(section: str, clicked: bool) -> bool:
+    """Whether `section` may start a worker now: when the notebook opens (its first run) or
+    when its run button was clicked. After that a control change alone only shows a stored run
+    of the new settings, if there is one, and never measures."""
+    first = section not in OPENED
+    OPENED.add(section)
+    return first or clicked
+
+
+@app.function(hide_code=True)
+def exercise_answer(reuse: bool = False) -> int:
+    """New XLA compilations at the first step that reads the loss with `.item()`, measured in a
+    fresh worker (a warm one may hold that graph already and compile nothing). A stored run is
+    taken only if it compiled at step 0, as a fresh worker must."""
+    result = wb.run(EXERCISE, reuse=reuse, cold=True)
+    compiles = result.steps.set_index("step")["compiles"]
+    if result.reused and not compiles.loc[0]:  # measured in a warm worker: not the answer
+        result = wb.run(EXERCISE, cold=True)
+        compiles = result.steps.set_index("step")["compiles"]
+    return int(compiles.loc[EXERCISE.change_at])
+
+
+@app.function(hide_code=True)
+def judge_compiles(text: str, measured: int) -> tuple[str, str]:
+    """The verdict on the typed answer `text` against the `measured` count:
+    ``(callout kind, markdown)``. Pure: it starts no worker."""
+    low, high = ANSWER_RANGE
+    try:
+        said = int(str(text).strip())
+    except ValueError:
+        return "warn", f"Type a whole number from {low} to {high} (not `{text}`)."
+    if not low <= said <= high:
+        return "warn", f"{said} is out of range: answer with a number from {low} to {high}."
+    if said == measured:
+        return "success", (
+            f"**Right: {measured}.** The forward pass up to the loss is a new program, compiled "
+            "and run to produce the value. At the end of the step torch_xla still holds the "
+            "trace of the whole step, which is the graph it compiled at step 0: a cache hit, "
+            "though the step now runs two executables.")
+    return "warn", (f"You said {said}; not quite. Hint: count the graphs XLA has not seen "
+                    "before; pick the `.item()` change above and read the compilations table.")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ layered/concatenated chart); nothing here runs experiments.
 
 from __future__ import annotations
 
+import math
+
 import altair as alt
 import pandas as pd
 
@@ -14,7 +16,6 @@ from ._common import require_columns
 MODE_COLORS = alt.Scale(scheme="tableau10")
 # Steps are whole numbers: no 0.2, 0.4... ticks when a run has few of them.
 STEP_AXIS = alt.Axis(tickMinStep=1, format="d")
-
 
 
 def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.Chart:
@@ -39,8 +40,13 @@ def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.Chart:
     )
 
 
-def loss_curves(steps: pd.DataFrame) -> alt.Chart:
-    """Training loss over steps, one line per mode. Columns: ``step``, ``loss``, ``mode``."""
+def loss_curves(steps: pd.DataFrame, title: str = "training loss per mode") -> alt.Chart:
+    """Training loss over steps, one line per mode. Columns: ``step``, ``loss``, ``mode``.
+
+    Modes train the same model from the same weights on the same batches, but their numerics
+    differ (fused kernels, another summation order), so curves may drift apart: the default
+    `title` claims no more than the chart shows.
+    """
     require_columns(steps, ["step", "loss", "mode"], "loss_curves")
     return (
         alt.Chart(steps)
@@ -48,7 +54,7 @@ def loss_curves(steps: pd.DataFrame) -> alt.Chart:
         .encode(x=alt.X("step:Q", title="step", axis=STEP_AXIS),
                 y=alt.Y("loss:Q", title="training loss"),
                 color=alt.Color("mode:N", scale=MODE_COLORS), tooltip=["mode", "step", "loss"])
-        .properties(title="training loss (the same in every mode)", width=520, height=200)
+        .properties(title=title, width=520, height=200)
     )
 
 
@@ -70,28 +76,37 @@ def steady_times(summary: pd.DataFrame) -> alt.LayerChart:
     return (bars + spread).properties(title="steady state (after step 0)", width=420)
 
 
+FIRST_STEP = "first step (with compilation)"
+STEADY = "steady median (after step 0)"
+
+
 def first_vs_steady(summary: pd.DataFrame) -> alt.LayerChart:
     """First step (with compilation) against the steady median, per mode, on a log scale: the
-    length of each bar is what compiling cost. Columns: ``mode``, ``first_step_ms``,
-    ``steady_median_ms``.
+    length of each grey span is what the first step cost on top of a steady one. Columns:
+    ``mode``, ``first_step_ms``, ``steady_median_ms``.
     """
     require_columns(summary, ["mode", "first_step_ms", "steady_median_ms"], "first_vs_steady")
     long = summary.melt(id_vars=["mode"], value_vars=["first_step_ms", "steady_median_ms"],
                         var_name="which", value_name="ms")
-    long["which"] = long["which"].map({"first_step_ms": "first step (compile)",
-                                       "steady_median_ms": "steady median"})
+    long["which"] = long["which"].map({"first_step_ms": FIRST_STEP,
+                                       "steady_median_ms": STEADY})
     x = alt.X("ms:Q", scale=alt.Scale(type="log"), title="ms per step (log scale)")
     span = alt.Chart(summary).mark_rule(strokeWidth=3, color="#bbb").encode(
         y=alt.Y("mode:N", title=None),
         x=alt.X("steady_median_ms:Q", scale=alt.Scale(type="log")), x2="first_step_ms:Q")
     dots = alt.Chart(long).mark_circle(size=120, opacity=1).encode(
-        y=alt.Y("mode:N", title=None), x=x, color=alt.Color("which:N", title=None),
+        y=alt.Y("mode:N", title=None), x=x,
+        color=alt.Color("which:N", title=None,
+                        scale=alt.Scale(domain=[FIRST_STEP, STEADY],
+                                        range=["#e45756", "#4c78a8"]),
+                        legend=alt.Legend(orient="bottom", direction="vertical")),
         tooltip=["mode", "which", alt.Tooltip("ms:Q", format=",.1f")])
     return (span + dots).properties(title="what the first step costs", width=420)
 
 
-def compiles_per_mode(summary: pd.DataFrame) -> alt.Chart:
-    """Compilations per mode: in total and in steady state (should be 0).
+def compiles_per_mode(summary: pd.DataFrame) -> alt.LayerChart:
+    """Compilations per mode: in total and in steady state (should be 0), each bar labelled
+    with its count so a 0 reads as 0, not as a missing bar.
 
     Columns: ``mode``, ``compiles_total``, ``compiles_steady``.
     """
@@ -99,35 +114,49 @@ def compiles_per_mode(summary: pd.DataFrame) -> alt.Chart:
     long = summary.melt(id_vars=["mode"], value_vars=["compiles_total", "compiles_steady"],
                         var_name="which", value_name="compiles")
     long["which"] = long["which"].str.replace("compiles_", "")
-    return (
-        alt.Chart(long)
-        .mark_bar()
-        .encode(y=alt.Y("mode:N", title=None), yOffset="which:N",
-                x=alt.X("compiles:Q", title="XLA compilations (inductor: graphs)"),
-                color=alt.Color("which:N", title=None,
-                                scale=alt.Scale(domain=["total", "steady"],
-                                                range=["#4c78a8", "#e45756"])),
-                tooltip=["mode", "which", "compiles"])
-        .properties(title="compilations", width=420)
-    )
+    base = alt.Chart(long).encode(
+        y=alt.Y("mode:N", title=None), yOffset=alt.YOffset("which:N", sort=["total", "steady"]),
+        x=alt.X("compiles:Q", title="XLA compilations (inductor: graphs)"))
+    bars = base.mark_bar().encode(
+        color=alt.Color("which:N", title=None,
+                        scale=alt.Scale(domain=["total", "steady"],
+                                        range=["#4c78a8", "#e45756"]),
+                        legend=alt.Legend(orient="bottom")),
+        tooltip=["mode", "which", "compiles"])
+    labels = base.mark_text(align="left", dx=3, fontSize=10).encode(
+        text=alt.Text("compiles:Q", format="d"))
+    return (bars + labels).properties(title="compilations", width=420)
+
+
+FIRST_COMPILE = "at step 0 (the first compile)"
+RECOMPILE = "after step 0 (a recompilation)"
 
 
 def recompile_timeline(compiles: pd.DataFrame, steps: int | None = None) -> alt.Chart:
     """Each XLA compilation as a mark at its step, one row per mode; tooltips give the cause.
+    Marks after step 0 (recompilations) are red. `steps`: the run's length, so the axis spans
+    every step (whole steps only) even where nothing compiled.
 
     Columns: ``mode``, ``step``, ``explanation`` (and ``cause``, ``frame`` for tooltips).
     """
     require_columns(compiles, ["mode", "step", "explanation"], "recompile_timeline")
-    x = alt.X("step:Q", title="step", axis=STEP_AXIS,
-              scale=alt.Scale(domain=[0, steps]) if steps else alt.Scale())
+    data = compiles.assign(when=[RECOMPILE if s > 0 else FIRST_COMPILE
+                                 for s in compiles["step"]])
+    last = steps - 1 if steps else int(data["step"].max()) if len(data) else 1
+    x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d",
+                                                    values=list(range(0, max(last, 1) + 1))),
+              scale=alt.Scale(domain=[-0.3, max(last, 1) + 0.3], nice=False))
+    tooltip = [c for c in ["mode", "step", "explanation", "cause", "frame"] if c in data]
     return (
-        alt.Chart(compiles)
+        alt.Chart(data)
         .mark_tick(thickness=3, size=22)
         .encode(x=x, y=alt.Y("mode:N", title=None),
-                color=alt.condition("datum.step > 0", alt.value("#e45756"), alt.value("#4c78a8")),
-                tooltip=["mode", "step", "explanation", "cause", "frame"])
-        .properties(title="when XLA compiled (red: after step 0, i.e. a recompilation)",
-                    width=520)
+                color=alt.Color("when:N", title="compiled",
+                                scale=alt.Scale(domain=[FIRST_COMPILE, RECOMPILE],
+                                                range=["#4c78a8", "#e45756"]),
+                                legend=alt.Legend(orient="bottom")),
+                tooltip=tooltip)
+        .properties(title="when XLA compiled", width=520)
     )
 
 
@@ -144,13 +173,22 @@ def cache_first_steps(runs: pd.DataFrame) -> alt.LayerChart:
         outcome=runs["compiles"].map(lambda c: "compiled (cache miss)" if c else "cache hit"),
         text=[f"{c:g} compiled, {h:g} hits" for c, h in zip(runs["compiles"], runs["cache_hits"],
                                                             strict=True)])
+    # A bar on a log scale has no zero to start from: Vega-Lite then draws none. Start every
+    # bar at the power of ten below the shortest, and leave room right of the longest for its
+    # label.
+    times = [t for t in data["first_step_ms"] if t and t > 0] or [1.0]
+    low = 10.0 ** math.floor(math.log10(min(times)))
+    high = max(times) * 8
     y = alt.Y("label:N", title=None, sort=list(data["label"]))
-    base = alt.Chart(data).encode(y=y, x=alt.X("first_step_ms:Q", scale=alt.Scale(type="log"),
-                                                title="first step (ms, log scale)"))
+    base = alt.Chart(data).encode(
+        y=y, x=alt.X("first_step_ms:Q", title="first step (ms, log scale)",
+                     scale=alt.Scale(type="log", domain=[low, high])))
     bars = base.mark_bar().encode(
+        x2=alt.datum(low),
         color=alt.Color("outcome:N", title=None,
                         scale=alt.Scale(domain=["compiled (cache miss)", "cache hit"],
-                                        range=["#e45756", "#54a24b"])),
+                                        range=["#e45756", "#54a24b"]),
+                        legend=alt.Legend(orient="bottom")),
         tooltip=["label", alt.Tooltip("first_step_ms:Q", format=",.1f"), "compiles",
                  "cache_hits"])
     text = base.mark_text(align="left", dx=4).encode(text="text:N")

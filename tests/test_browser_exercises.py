@@ -1,0 +1,83 @@
+"""The eager_vs_compiled exercise in a real browser (`marimo edit`, Chromium): nothing is judged
+before a submit, the right answer is accepted before and after the page warmed a worker on the
+very graph the exercise asks about, and checking answers starts no worker."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, smoke_env
+
+import tpu_workbench as wb
+from tpu_workbench.runner import WORKER_LOG_ENV
+
+playwright = pytest.importorskip("playwright.sync_api")
+sys.path.insert(0, str(ROOT / "scripts"))
+from screenshot_notebooks import CHROMIUM, browser, marimo_edit, wait_idle  # noqa: E402
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no chromium installed")]
+
+
+RIGHT, WRONG = re.compile(r"Right: \d"), re.compile(r"You said \d")
+
+
+def _shown(page, text):
+    """Rendered outputs holding `text` (Playwright's CSS pierces the outputs' shadow roots,
+    which `innerText` does not; the code editors are no output, so source text never counts)."""
+    return page.locator(".output-area", has_text=text)
+
+
+def _check(page, answer: str, expect: str) -> None:
+    """Type `answer` in the exercise's box, press check, wait for `expect` in the verdict."""
+    page.locator("input[placeholder='a whole number']").fill(answer)
+    page.get_by_role("button", name="check").click()
+    _shown(page, expect).first.wait_for(timeout=60_000)
+
+
+def test_eager_vs_compiled_exercise_in_marimo_edit(tmp_path):
+    log = tmp_path / "workers.log"
+    env = {**smoke_env(tmp_path), WORKER_LOG_ENV: str(log)}
+    starts = lambda: len(log.read_text().splitlines()) if log.exists() else 0  # noqa: E731
+    with marimo_edit(ROOT / "notebooks" / "eager_vs_compiled.py", env) as url, \
+            browser() as b:
+        page = b.new_page(viewport={"width": 1200, "height": 1600})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(url)
+        wait_idle(page, 300)
+        assert _shown(page, "nothing is judged before that").count() == 1  # the prompt...
+        assert _shown(page, RIGHT).count() == _shown(page, WRONG).count() == 0  # no verdict
+        opened = starts()
+        assert opened >= 1
+
+        _check(page, "0", "You said 0")
+        _check(page, "99", "99 is out of range")  # not silently clamped to 10
+        _check(page, "1", "Right: 1.")
+        assert starts() == opened  # three checks, no worker
+
+        # Warm the page's worker on the exercise's graph: the `.item()` change, run.
+        item = wb.CHANGES["item"]
+        select = page.locator("select", has=page.locator("option", has_text=item))
+        select.select_option(label=item)
+        page.locator(".marimo-cell", has=select).get_by_role("button", name="run").click()
+        wait_idle(page, 300, saw_busy=False)
+        assert _shown(page, "reads the loss with .item()").count()  # the compilations table
+        warmed = starts()
+        _check(page, "0", "You said 0")
+        _check(page, "1", "Right: 1.")  # still right: the answer was measured cold, once
+        assert starts() == warmed
+
+        # A control change alone never measures: it asks for a click.
+        _shown(page, "fresh worker per mode").get_by_role("checkbox").click()
+        _shown(page, "Press run above to measure these settings.").first.wait_for(
+            timeout=60_000)
+        wait_idle(page, 120, saw_busy=False)
+        assert starts() == warmed
+        assert page.locator(".marimo-cell.has-error").count() == 0
+    assert not errors, errors
+    assert Path(log).exists()

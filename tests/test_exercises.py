@@ -1,0 +1,111 @@
+"""Workshop exercises are fair: the answer is measured once in a fresh worker (so a warm
+worker's cache cannot change it), nothing is judged before a submit, out-of-range input gets a
+message, and checking an answer starts no worker."""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import sys
+
+import pytest
+from conftest import ROOT
+
+import tpu_workbench as wb
+from tpu_workbench.runner import WORKER_LOG_ENV
+
+
+def _load(stem: str):
+    """Import a notebook as a module: runs its setup cell only (no cell, no worker)."""
+    name = f"nb_exercises_{stem}"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "notebooks" / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _inputs(module, needle: str) -> set[str]:
+    """What the one cell of `module`'s app whose code contains `needle` reads from other cells
+    (names of the setup cell, such as `mo` or an `@app.function`, left out)."""
+    found = [c for c in module.app._cell_manager.cell_data() if needle in c.code]
+    assert len(found) == 1, f"{len(found)} cells contain {needle!r}"
+    return set(found[0].cell._cell.refs) - set(vars(module)) - set(dir(builtins))
+
+
+@pytest.fixture
+def worker_log(tmp_path, monkeypatch):
+    log = tmp_path / "workers.log"
+    monkeypatch.setenv(WORKER_LOG_ENV, str(log))
+    return lambda: len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_eager_vs_compiled_answer_is_right_on_a_cold_and_a_warm_worker(results, worker_log):
+    """The trap the old check fell into is real: in a warm worker the first `.item()` step
+    compiles nothing (a cache hit). The exercise's answer is measured in a fresh worker, so it
+    stays the count a fresh process compiles, whatever ran before, and a stored run from a warm
+    worker is never taken as the answer."""
+    evc = _load("eager_vs_compiled")
+    spec = evc.EXERCISE
+    # One new program at the first `.item()`: the forward pass up to the loss (read from a
+    # fresh worker's own records, not from the function under test).
+    cold = wb.run(spec, cold=True).steps.set_index("step")
+    assert cold.loc[0, "compiles"] >= 1  # a fresh process compiles the step at step 0
+    expected = int(cold.loc[spec.change_at, "compiles"])
+    assert expected == 1
+    # A warm worker: the exercise's spec twice in the shared pool; the second run compiles
+    # nothing at all, and it is now the newest stored run of that spec.
+    wb.run(spec)
+    warm = wb.run(spec).steps.set_index("step")
+    assert warm.loc[0, "compiles"] == 0 and warm.loc[spec.change_at, "compiles"] == 0
+    assert wb.reusable(spec).steps.set_index("step").loc[0, "compiles"] == 0
+
+    before = worker_log()
+    # With the shared worker warm and a warm run stored: measured again, in a fresh worker.
+    assert evc.exercise_answer(reuse=True) == expected
+    assert worker_log() - before == 1
+    # Now the newest stored run is that cold one: reused, no worker started.
+    assert evc.exercise_answer(reuse=True) == expected
+    assert worker_log() - before == 1
+
+    kind, text = evc.judge_compiles("1", expected)
+    assert kind == "success" and text.startswith("**Right: 1.**")
+    assert evc.judge_compiles("0", expected)[0] == "warn"
+
+
+def test_eager_vs_compiled_check_messages_and_starts_no_worker(worker_log):
+    evc = _load("eager_vs_compiled")
+    assert evc.judge_compiles(" 1 ", 1)[0] == "success"
+    kind, text = evc.judge_compiles("0", 1)
+    assert kind == "warn" and "You said 0" in text and "Right" not in text
+    kind, text = evc.judge_compiles("99", 1)  # mo.ui.number would have clamped this to 10
+    assert kind == "warn" and "99 is out of range" in text and "0 to 10" in text
+    kind, text = evc.judge_compiles("two", 1)
+    assert kind == "warn" and "whole number" in text
+    assert worker_log() == 0
+
+    # The check cell reads only the submitted form and the measured count; the measuring cell
+    # reads nothing, so typing (or submitting) an answer can never rerun it.
+    assert _inputs(evc, "judge_compiles(answer.value") == {"answer", "measured_answer"}
+    assert _inputs(evc, "measured_answer = exercise_answer(") == set()
+    assert "mo.stop(answer.value is None" in _code(evc.app, "judge_compiles(answer.value")
+
+
+def test_quickstart_replicas_check(worker_log):
+    qs = _load("quickstart")
+    assert qs.judge_replicas("2", 2, 8)[0] == "success"
+    kind, text = qs.judge_replicas("4", 2, 8)
+    assert kind == "warn" and "You said 4" in text
+    kind, text = qs.judge_replicas("64", 2, 8)  # more devices than the mesh has
+    assert kind == "warn" and "out of range" in text and "between 1 and 8" in text
+    assert "out of range" in qs.judge_replicas("0", 2, 8)[1]
+    assert "whole number" in qs.judge_replicas("", 2, 8)[1]
+    assert worker_log() == 0
+    # the submitted answer and the layout the page shows: no run, no control of a run
+    assert _inputs(qs, "judge_replicas(answer.value") == {
+        "answer", "largest", "layout", "layout_devices", "layout_strategy"}
+    assert "mo.stop(answer.value is None" in _code(qs.app, "judge_replicas(answer.value")
+
+
+def _code(app, needle: str) -> str:
+    return next(c.code for c in app._cell_manager.cell_data() if needle in c.code)

@@ -1,0 +1,70 @@
+"""The execution-mode charts draw what they claim: rendered with vl-convert (the same Vega the
+browser runs) and read back from the SVG, not from the spec the code under test wrote."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from tpu_workbench import charts
+
+vlc = pytest.importorskip("vl_convert")
+
+
+def _svg(chart) -> str:
+    return vlc.vegalite_to_svg(chart.to_json())
+
+
+def _bar_widths(svg: str) -> list[float]:
+    """Widths of the drawn bars (``M x,y h WIDTH ...`` paths of role "bar")."""
+    bar = r'aria-roledescription="bar"[^>]*d="M[-\d.]+,[-\d.]+h([-\d.]+)'
+    return [float(w) for w in re.findall(bar, svg)]
+
+
+def _labels(svg: str) -> list[str]:
+    return re.findall(r"<text[^>]*>([^<]+)</text>", svg)
+
+
+SUMMARY = pd.DataFrame({"mode": ["torch_eager", "lazy"], "first_step_ms": [900.0, 20000.0],
+                        "steady_median_ms": [300.0, 250.0], "steady_p10_ms": [280.0, 240.0],
+                        "steady_p90_ms": [330.0, 260.0], "compiles_total": [0, 1],
+                        "compiles_steady": [0, 0]})
+
+
+def test_cache_first_steps_draws_a_bar_per_run_on_its_log_scale():
+    runs = pd.DataFrame({"label": ["cold worker (first run)", "warm worker, same spec",
+                                   "warm worker, new shape"],
+                         "first_step_ms": [32000.0, 380.0, 21000.0], "compiles": [2, 0, 2],
+                         "cache_hits": [5, 7, 5]})
+    widths = _bar_widths(_svg(charts.cache_first_steps(runs)))
+    assert len(widths) == 3 and all(w > 10 for w in widths)  # drawn, not just labelled
+    cold, warm, miss = widths
+    assert warm < miss < cold  # longer bar = longer first step
+
+
+def test_first_vs_steady_has_a_legend_for_both_dots():
+    labels = _labels(_svg(charts.first_vs_steady(SUMMARY)))
+    assert charts.modes.FIRST_STEP in labels and charts.modes.STEADY in labels
+
+
+def test_compiles_per_mode_labels_every_bar_even_zero():
+    labels = _labels(_svg(charts.compiles_per_mode(SUMMARY)))
+    assert labels.count("0") >= 3 and "1" in labels  # 0 total, 0 and 0 steady, 1 total
+
+
+def test_recompile_timeline_ticks_whole_steps_with_a_legend():
+    compiles = pd.DataFrame({"mode": ["lazy", "lazy"], "step": [0, 3],
+                             "explanation": ["first", "a tensor's value was read"]})
+    labels = _labels(_svg(charts.recompile_timeline(compiles, 8)))
+    steps = [s for s in labels if re.fullmatch(r"[\d.]+", s)]
+    assert steps == [str(i) for i in range(8)]  # 0..7, no 0.5
+    assert charts.modes.FIRST_COMPILE in labels and charts.modes.RECOMPILE in labels
+
+
+def test_loss_curves_title():
+    steps = pd.DataFrame({"step": [0, 1], "loss": [2.0, 1.0], "mode": "lazy"})
+    assert "the same in every mode" not in _labels(_svg(charts.loss_curves(steps)))
+    assert charts.loss_curves(steps).to_dict()["title"] == "training loss per mode"
+    assert charts.loss_curves(steps, title="loss").to_dict()["title"] == "loss"
