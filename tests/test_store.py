@@ -91,6 +91,18 @@ def test_cold_runs_start_their_workers_together_and_stop_them(results, tmp_path,
     breakdown = wb.startup_breakdown(comparison.results)  # spawn, imports, build, steps
     assert (breakdown[["spawn", "imports", "build", "first_step"]] > 0).all().all(), breakdown
     assert (breakdown.imports < [r.worker_start_s for r in comparison.results]).all()
-    again = wb.run_many(specs, reuse=True)
+    again = wb.run_many(specs, reuse=True, cold=True)
     assert [r.reused for r in again.results] == [True, True]
     assert len(log.read_text().splitlines()) == 2  # reuse started none
+
+
+def test_a_cold_run_reuses_only_a_run_of_a_fresh_worker(stored, tmp_path):
+    root, result = stored  # measured in a fresh pool: its worker's first run
+    assert result.worker_start_s > 0 and wb.reusable(SPEC, out_dir=root, cold=True) is not None
+    warm = tmp_path / "warm" / "results"
+    shutil.copytree(result.out_dir, warm / result.run_id)
+    env_file = warm / result.run_id / "environment.json"
+    env = json.loads(env_file.read_text())
+    env_file.write_text(json.dumps({**env, "worker_start_s": 0.0}))  # as a warm worker's run
+    assert wb.reusable(SPEC, out_dir=warm) is not None
+    assert wb.reusable(SPEC, out_dir=warm, cold=True) is None

@@ -91,7 +91,7 @@ def run_many(specs: Sequence[ExperimentSpec],
     """
     for spec in specs:  # bad input fails before anything runs
         spec.validate()
-    found = [reusable(spec) if reuse else None for spec in specs]
+    found = [reusable(spec, cold=cold) if reuse else None for spec in specs]
     pools: dict[int, WorkerPool] = {}
     if cold:
         pools = {i: WorkerPool(max_workers=1) for i, f in enumerate(found) if f is None}

@@ -267,7 +267,8 @@ def run(spec: ExperimentSpec, on_record: Callable[[dict[str, Any]], None] | None
     """
     if reuse:
         spec.validate()
-        found = reusable(spec, task=kwargs.get("task", "train"), out_dir=kwargs.get("out_dir"))
+        found = reusable(spec, task=kwargs.get("task", "train"), out_dir=kwargs.get("out_dir"),
+                         cold=cold)
         if found is not None:
             for record in found.records:
                 if on_record is not None:

@@ -73,12 +73,13 @@ class RunResult:
         return records_frame(self.records)
 
 
-def reusable(spec: ExperimentSpec, task: str = "train",
-             out_dir: Path | None = None) -> RunResult | None:
+def reusable(spec: ExperimentSpec, task: str = "train", out_dir: Path | None = None,
+             cold: bool = False) -> RunResult | None:
     """The newest completed run of `spec` in the results folder that was measured in this very
-    environment (same :func:`~tpu_workbench.store.fingerprint`), or None."""
+    environment (same :func:`~tpu_workbench.store.fingerprint`), or None. With `cold`, only a
+    run measured in a fresh worker counts (a warm worker's first step may compile nothing)."""
     fp = fingerprint(runtime_config(spec))
-    folder = find_folder(spec, task, fp, out_dir or results_dir())
+    folder = find_folder(spec, task, fp, out_dir or results_dir(), cold=cold)
     return None if folder is None else load_result(folder)
 
 
@@ -104,9 +105,10 @@ def artifacts(folder: Path) -> dict[str, str]:
             if p.is_file()}
 
 
-def find_folder(spec: ExperimentSpec, task: str, fp: dict[str, Any],
-                root: Path) -> Path | None:
-    """The newest completed run folder under `root` for `spec`, `task` and fingerprint `fp`."""
+def find_folder(spec: ExperimentSpec, task: str, fp: dict[str, Any], root: Path,
+                cold: bool = False) -> Path | None:
+    """The newest completed run folder under `root` for `spec`, `task` and fingerprint `fp`;
+    with `cold`, only a run that was its worker's first (no compile cache could serve it)."""
     if not root.is_dir():
         return None
     want = _canonical(spec.to_dict())
@@ -120,8 +122,9 @@ def find_folder(spec: ExperimentSpec, task: str, fp: dict[str, Any],
             complete = (folder / "summary.json").is_file() and (folder / "records.jsonl").is_file()
         except (OSError, ValueError):  # not a run folder, or an older run without environment
             continue
+        first = float(env.get("worker_start_s") or 0.0) > 0  # a fresh worker ran it
         if (complete and env.get("task") == task and env.get("fingerprint") == fp
-                and _canonical(stored) == want):
+                and _canonical(stored) == want and (first or not cold)):
             found.append((str(env.get("measured_at", "")), folder))
     return max(found)[1] if found else None
 
