@@ -68,9 +68,10 @@ def _(cold, model, modes, run_modes, steps):
               for _m in _modes]
     mo.stop(not _specs, mo.callout(mo.md("Pick at least one mode above."), kind="info"))
     _reuse = nb.reuse_ok() and not run_modes.value
-    mo.stop(not _go and not (_reuse and all(wb.reusable(_s) for _s in _specs)),
+    _cold = cold.value and not SMOKE
+    mo.stop(not _go and not (_reuse and all(wb.reusable(_s, cold=_cold) for _s in _specs)),
             mo.callout(mo.md("Press **run** above to measure these settings."), kind="info"))
-    comparison = wb.run_live(_specs, cold=cold.value and not SMOKE, reuse=_reuse)
+    comparison = wb.run_live(_specs, cold=_cold, reuse=_reuse)
     return (comparison,)
 
 

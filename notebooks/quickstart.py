@@ -131,7 +131,7 @@ def _(model, modes, run_training, steps):
              for _m in modes.value]
     mo.stop(not specs, mo.callout(mo.md("Pick at least one mode above."), kind="info"))
     _reuse = nb.reuse_ok() and not run_training.value
-    mo.stop(not _go and not (_reuse and all(wb.reusable(_s) for _s in specs)),
+    mo.stop(not _go and not (_reuse and all(wb.reusable(_s, cold=not SMOKE) for _s in specs)),
             mo.callout(mo.md("Press **run** above to train with these settings."), kind="info"))
     # A fresh worker per mode: every first step pays its own compile (a warm worker would
     # serve `compile` the graph `lazy` just compiled). Smoke runs (CI) share workers.

@@ -84,13 +84,17 @@ def image_grid(images, columns: int = 8, scale: int = 3):
     return image.resize((image.width * scale, image.height * scale), Image.NEAREST)
 
 
-def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None,
-             reuse: bool = False):
+def run_live(specs: list, cold: bool = False, every_s: float = 0.5, chart=None,
+             reuse: bool = False, chart_every_s: float = 5.0):
     """Run `specs` one after another inside a marimo cell: a progress bar over all their steps
     and a chart that grows as records stream in (`chart(steps_frame)`, default the step-time
-    chart). ``reuse=True`` shows stored runs of the same specs and environment instead of
-    measuring them (see :func:`tpu_workbench.store.reusable`). Returns the Comparison
-    (``.result()`` for a single spec)."""
+    chart), redrawn when a run ends and at most every `chart_every_s` in between: drawing a
+    chart costs the browser CPU that the timed steps of a 2-core machine would feel.
+    ``reuse=True`` shows stored runs of the same specs and environment instead of measuring
+    them (see :func:`tpu_workbench.store.reusable`). Returns the Comparison (``.result()`` for
+    a single spec)."""
+    import time
+
     import marimo as mo
 
     from .charts import step_times
@@ -101,13 +105,17 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.4, chart=None,
 
     total = max(sum(s.steps for s in specs), 1)
     shown = [0]
+    drawn = {"at": time.monotonic(), "runs": 0}
     with mo.status.progress_bar(total=total, title="training", remove_on_exit=True) as bar:
 
         def update(frame, spec, done: int) -> None:
             bar.update(increment=done - shown[0], subtitle=label(spec))
             shown[0] = done
-            if len(frame):
+            runs = frame["run_id"].nunique() if "run_id" in frame else 0
+            ended = runs > drawn["runs"] or done >= total  # a new run began: the last one ended
+            if len(frame) and (ended or time.monotonic() - drawn["at"] >= chart_every_s):
                 mo.output.replace(chart(frame))
+                drawn.update(at=time.monotonic(), runs=runs)
 
         comparison = run_many(specs, on_update=update, every_s=every_s, cold=cold, reuse=reuse)
     if len(comparison.steps):
