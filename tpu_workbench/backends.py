@@ -137,6 +137,8 @@ def have_torch_xla() -> bool:
 
 def cuda_devices() -> int:
     """Number of CUDA devices plain PyTorch can use (0 without a GPU)."""
+    if not any(Path("/dev").glob("nvidia[0-9]*")):  # no NVIDIA device: skip importing torch
+        return 0
     try:
         import torch
 
