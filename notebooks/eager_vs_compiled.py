@@ -331,14 +331,10 @@ def may_measure(section: str, clicked: bool) -> bool:
 @app.function(hide_code=True)
 def exercise_answer(reuse: bool = False) -> int:
     """New XLA compilations at the first step that reads the loss with `.item()`, measured in a
-    fresh worker (a warm one may hold that graph already and compile nothing). A stored run is
-    taken only if it compiled at step 0, as a fresh worker must."""
+    fresh worker (a warm one may hold that graph already and compile nothing). With `reuse`, a
+    stored run counts only if it was its worker's first (``cold=True``)."""
     result = wb.run(EXERCISE, reuse=reuse, cold=True)
-    compiles = result.steps.set_index("step")["compiles"]
-    if result.reused and not compiles.loc[0]:  # measured in a warm worker: not the answer
-        result = wb.run(EXERCISE, cold=True)
-        compiles = result.steps.set_index("step")["compiles"]
-    return int(compiles.loc[EXERCISE.change_at])
+    return int(result.steps.set_index("step")["compiles"].loc[EXERCISE.change_at])
 
 
 @app.function(hide_code=True)

@@ -102,7 +102,9 @@ def test_shape_change_is_reported_as_a_recompile_with_its_cause(results):
 
 def test_item_inside_the_step_is_explained(results):
     spec = wb.ExperimentSpec(model="mlp", mode="lazy", steps=4, change="item", change_at=2)
-    result = wb.run(spec)
+    # A fresh worker: one that ran this spec before serves both graphs from its cache and
+    # compiles nothing at step 2 (the eager_vs_compiled exercise's trap).
+    result = wb.run(spec, cold=True)
     events = [r for r in result.records if r.get("kind") == "compile" and r["step"] == 2]
     assert events and "value was read" in events[0]["explanation"]
 

@@ -160,9 +160,9 @@ def test_new_strategy_and_run_measures_only_that_strategy(tmp_path):
     env = smoke_env(tmp_path)
     results, log = Path(env["TPU_WORKBENCH_RESULTS"]), tmp_path / "workers.log"
     env["TPU_WORKBENCH_WORKER_LOG"] = str(log)
-    with shots.MarimoEdit(NOTEBOOKS / "sharding.py", env) as server, shots.browser() as b:
+    with shots.marimo_edit(NOTEBOOKS / "sharding.py", env) as url, shots.browser() as b:
         page = b.new_page(viewport={"width": 1200, "height": 1600})
-        page.goto(server.url)
+        page.goto(url)
         shots.wait_idle(page, timeout_s=300)
         assert page.evaluate(shots.JS_ERRORS) == 0
         opened = _completed(results)

@@ -3,7 +3,7 @@ field, before any worker starts.
 
 Every field gets valid values, near misses (negative numbers, unknown names, odd meshes such as
 (3, 3) or (0,)) and values of the wrong type (strings for ints, bools, None, lists, dicts).
-Submitting goes through the real ``wb.submit`` with the runner's ``Worker`` replaced by a stub that
+Submitting goes through the real ``wb.submit`` with the pool's ``Worker`` replaced by a stub that
 records the attempt instead of starting a process: a spec that gets that far was valid.
 """
 
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import tpu_workbench as wb
-from tpu_workbench import runner
+from tpu_workbench import workers
 
 FIELDS = [f.name for f in dataclasses.fields(wb.ExperimentSpec)]
 # How messages spell a field when they do not use its name.
@@ -127,12 +127,12 @@ class NoWorker:
 @pytest.fixture(scope="module")
 def no_workers():
     mp = pytest.MonkeyPatch()
-    mp.setattr(runner, "Worker", NoWorker)
-    default = runner._POOL
+    mp.setattr(workers, "Worker", NoWorker)
+    default = workers._POOL
     default_workers = dict(default.workers()) if default else None
     yield
     mp.undo()
-    assert runner._POOL is default, "the default worker pool was created"
+    assert workers._POOL is default, "the default worker pool was created"
     if default is not None:
         assert default.workers() == default_workers
 
