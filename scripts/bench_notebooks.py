@@ -99,7 +99,12 @@ def change_and_run(page, label: str, button: str, value: str | None = None) -> s
         ctl.fill(new)
         ctl.press("Tab")
         done = f"{label}: {before} -> {new}"
-    # Its run button: the first matching button in the control's row or below it.
+    # Its run button: its own form's, else the first matching button in its row or below.
+    forms = page.locator("marimo-form").filter(has=page.get_by_label(label, exact=True))
+    own = forms.last.get_by_role("button", name=re.compile(button, re.I)) if forms.count() else None
+    if own is not None and own.count():
+        own.first.click()
+        return done
     buttons = page.get_by_role("button", name=re.compile(button, re.I))
     row = ctl.bounding_box()["y"] - 40
     boxes = [(box["y"], box["x"], b) for b in buttons.all() if (box := b.bounding_box())]
