@@ -58,6 +58,18 @@ def test_exported_problems_finds_errors():
     assert docs.exported_problems(page) == ["cell a: ZeroDivisionError: x"]
 
 
+def test_exported_problems_skips_below_a_stop_but_not_a_section_waiting_for_a_click():
+    stopped = ('<script>"__MARIMO_MOUNT_CONFIG__": Object.freeze({"session": {"cells": [{"id": '
+               '"a", "outputs": [{"type": "error", "ename": "ancestor-stopped", "evalue": ""}], '
+               '"console": []}]}})</script>')
+    assert docs.exported_problems(stopped) == []
+    import marimo as mo
+
+    waiting = mo.callout(mo.md("Press **run** above to train with these settings.")).text
+    assert docs.exported_problems(_page({"b": waiting})) == [
+        "cell b: waited for a click instead of measuring on open"]
+
+
 def _page(outputs: dict[str, str]) -> str:
     """A page shaped like ``marimo export html``'s, one cell per {id: text/html output}."""
     cells = [{"id": cid, "outputs": [{"type": "data", "data": {"text/html": out}}],

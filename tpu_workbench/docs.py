@@ -110,6 +110,11 @@ def failed_runs(data: object) -> list[str]:
     return found
 
 
+# What a section shows instead of measuring: never right on a notebook's first run.
+_WAITS_FOR_CLICK = re.compile(r"Press <strong>run</strong> above|Settings changed: press",
+                              re.IGNORECASE)
+
+
 def exported_problems(page: str) -> list[str]:
     """Error outputs and tracebacks recorded in a page written by ``marimo export html``, and
     every failed run a notebook showed with ``tpu_workbench.notebook.failed_run_callout``."""
@@ -119,6 +124,11 @@ def exported_problems(page: str) -> list[str]:
     problems = []
     for cell in config["session"]["cells"]:
         for out in cell.get("outputs", []):
+            if out.get("type") == "error" and out.get("ename") == "ancestor-stopped":
+                continue  # below a deliberate `mo.stop`, which shows its own reason
+            if _WAITS_FOR_CLICK.search(_decoded(json.dumps(out.get("data", "")))):
+                problems.append(f"cell {cell['id']}: waited for a click instead of measuring "
+                                "on open")
             if out.get("type") == "error":
                 problems.append(f"cell {cell['id']}: {out.get('ename')}: {out.get('evalue')}")
             elif "Your output is too large" in json.dumps(out.get("data", "")):
