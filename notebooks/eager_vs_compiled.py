@@ -11,7 +11,7 @@ with app.setup:
 
     SMOKE = wb.smoke_mode()
     SLOW_MODELS = ("resnet", "unet")
-    # Sections that have run since the notebook opened (see `may_measure`).
+    # Sections that have run since the notebook opened (see `nb.may_measure`).
     OPENED: set[str] = set()
     # The exercise's run: the first `.item()` comes at step 2 of a lazy run of the small MLP.
     EXERCISE = wb.ExperimentSpec(model="mlp", preset="tiny", mode="lazy", steps=4,
@@ -59,7 +59,7 @@ def _():
 
 @app.cell
 def _(cold, model, modes, run_modes, steps):
-    _go = may_measure("modes", run_modes.value)
+    _go = nb.may_measure(OPENED, "modes", run_modes.value)
     # Smoke mode (CI): the smallest model, few steps, shared warm workers.
     _n = 3 if SMOKE else steps.value
     _modes = ["eager", "lazy", "compile"] if SMOKE else modes.value
@@ -148,7 +148,7 @@ def _():
 
 @app.cell
 def _(change, model, run_change):
-    _go = may_measure("recompile", run_change.value)
+    _go = nb.may_measure(OPENED, "recompile", run_change.value)
     _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
                               mode="lazy", steps=5 if SMOKE else 8, change=change.value,
                               change_at=3)
@@ -201,7 +201,7 @@ def _():
 
 @app.cell
 def _(model, run_cache):
-    _go = may_measure("cache", run_cache.value)
+    _go = nb.may_measure(OPENED, "cache", run_cache.value)
     _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny", mode="lazy",
                               steps=3 if SMOKE else 6)
     mo.stop(not _go, mo.callout(mo.md(f"Press **run** above to study {_spec.model}'s compile "
@@ -259,7 +259,7 @@ def _():
 
 @app.cell
 def _(model, run_persistent):
-    _go = may_measure("persistent", run_persistent.value)
+    _go = nb.may_measure(OPENED, "persistent", run_persistent.value)
     mo.stop(SMOKE, mo.callout(mo.md(
         "Smoke mode (CI) skips this check, which starts two fresh workers; "
         "`tests/test_compile_cache.py` runs it, and so does "
@@ -316,16 +316,6 @@ def _(answer, measured_answer):
     _kind, _verdict = judge_compiles(answer.value, measured_answer)
     mo.callout(mo.md(_verdict), kind=_kind)
     return
-
-
-@app.function(hide_code=True)
-def may_measure(section: str, clicked: bool) -> bool:
-    """Whether `section` may start a worker now: when the notebook opens (its first run) or
-    when its run button was clicked. After that a control change alone only shows a stored run
-    of the new settings, if there is one, and never measures."""
-    first = section not in OPENED
-    OPENED.add(section)
-    return first or clicked
 
 
 @app.function(hide_code=True)

@@ -19,7 +19,7 @@ with app.setup:
     DEFAULT_MODEL = "mingpt"
     DEFAULT_STEPS = 10
     SLOW_MODELS = ("resnet", "unet")
-    # Sections that have run since the notebook opened (see `may_measure`).
+    # Sections that have run since the notebook opened (see `nb.may_measure`).
     OPENED: set[str] = set()
 
 
@@ -125,7 +125,7 @@ def _():
 
 @app.cell
 def _(model, modes, run_training, steps):
-    _go = may_measure("training", run_training.value)
+    _go = nb.may_measure(OPENED, "training", run_training.value)
     specs = [wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
                                mode=_m, steps=5 if SMOKE else steps.value)
              for _m in modes.value]
@@ -205,7 +205,8 @@ def _(backend, model, run_hlo):
     _spec = wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
                               mode="compile", steps=3 if SMOKE else 5, capture=("hlo", "profile"))
     _reuse = nb.reuse_ok() and not run_hlo.value
-    mo.stop(not may_measure("hlo", run_hlo.value) and not (_reuse and wb.reusable(_spec)),
+    _go = nb.may_measure(OPENED, "hlo", run_hlo.value)
+    mo.stop(not _go and not (_reuse and wb.reusable(_spec)),
             mo.callout(mo.md(f"Press **run** above to capture {_spec.model}'s HLO and profile."),
                        kind="info"))
     with mo.status.spinner(title="compiling with HLO dumps and profiling"):
@@ -266,7 +267,7 @@ def _(backend, mesh, model, run_layout, strategy):
     _reuse = nb.reuse_ok() and not run_layout.value
     _spec = wb.ExperimentSpec(model=_model, preset="tiny", mode="compile", steps=2,
                               mesh=tuple(_shape), strategy=strategy.value)
-    mo.stop(not may_measure("layout", run_layout.value)
+    mo.stop(not nb.may_measure(OPENED, "layout", run_layout.value)
             and not (_reuse and backend["torch_xla_installed"] and wb.reusable(_spec)),
             mo.callout(mo.md(f"Press **run** above to lay {_model} out with "
                              f"`{strategy.value}` on {mesh.value}."), kind="info"))
@@ -325,16 +326,6 @@ def _(answer, largest, layout, layout_devices, layout_strategy):
     _kind, _verdict = judge_replicas(answer.value, _each, layout_devices)
     mo.callout(mo.md(f"`{layout_strategy}`, `{largest}`: {_verdict}"), kind=_kind)
     return
-
-
-@app.function(hide_code=True)
-def may_measure(section: str, clicked: bool) -> bool:
-    """Whether `section` may start a worker now: when the notebook opens (its first run) or
-    when its run button was clicked. After that a control change alone only shows a stored run
-    of the new settings, if there is one, and never measures."""
-    first = section not in OPENED
-    OPENED.add(section)
-    return first or clicked
 
 
 @app.function(hide_code=True)

@@ -32,6 +32,15 @@ def reuse_ok() -> bool:
     return not smoke_mode() and os.environ.get(FRESH_ENV) != "1"
 
 
+def may_measure(opened: set[str], section: str, clicked: bool) -> bool:
+    """Whether a notebook's `section` may start a worker now: on its first run since the
+    notebook opened (`opened` holds the sections that ran) or when its run button was clicked.
+    After that a control change alone only shows a stored run of the new settings, if any."""
+    first = section not in opened
+    opened.add(section)
+    return first or clicked
+
+
 def _where(result) -> str:
     info = result.runtime or {}
     hw = str(info.get("device_hw") or info.get("device") or "?")
