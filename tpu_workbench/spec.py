@@ -157,7 +157,10 @@ class ExperimentSpec:
     """One experiment: train `model`/`preset` for `steps` steps in execution `mode`.
 
     Fields:
-        model, preset: a model family and one of its size presets (see ``tpu_workbench.models``).
+        model, preset: a model family and one of its size presets (see ``tpu_workbench.models``),
+            or your own model, ``"path/to/file.py:make"`` or ``"package.module:make"``, kept as
+            written (a path is relative to the current directory, which workers inherit), with
+            its own presets, or ``"default"`` for a factory (:mod:`tpu_workbench.models.user`).
         mode: one of :data:`MODES` (``torch_eager``, ``inductor``, ``eager``, ``lazy``,
             ``compile``, ``dynamo``; TorchTPU on a chip: ``tpu_eager``, ``tpu_fused``,
             ``tpu_compile``); :func:`available_modes` lists those that run here.

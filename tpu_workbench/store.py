@@ -6,7 +6,9 @@ The runner's results folders are the store (there is no second cache): a complet
 the same spec *and* the same environment :func:`fingerprint`: the package versions of the
 worker's interpreter, the device kind and count, the XLA flags, the host CPU and a hash of the
 workbench's measuring source (:data:`MEASURING_SOURCE`: a changed training loop measures
-again). A failed, cancelled or half-written run (``-failed``, ``.partial``) never is.
+again) and, for a user's own model (``model="my_model.py:make"``), a hash of that file's
+content (``model_source``: an edited model measures again). A failed, cancelled or
+half-written run (``-failed``, ``.partial``) never is.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends import cpu_model, tpu_chips_on_pci, tpu_kind_on_pci
+from .models.user import source_digest
 from .paths import results_dir
 from .records import records_frame
 from .spec import ExperimentSpec, RuntimeConfig, runtime_config
@@ -34,11 +37,17 @@ PACKAGES = ("torch", "torch_xla", "torch_tpu", "libtpu", "torchvision", "diffuse
 ENVIRONMENT_FILE = "environment.json"
 
 
-def fingerprint(config: RuntimeConfig) -> dict[str, Any]:
-    """What a run's figures depend on besides its spec, known before any worker starts."""
+def fingerprint(config: RuntimeConfig, spec: ExperimentSpec | None = None) -> dict[str, Any]:
+    """What a run's figures depend on besides its spec, known before any worker starts.
+
+    With the `spec`, a user's own model (``file.py:make``, ``package.module:make``) adds
+    ``model_source``, its file and a hash of its content: the spec holds only the ref, and an
+    edited file is another model. The workbench's own families are covered by the source hash.
+    """
     python = worker_python(config.runtime)
     env = {**os.environ, **config.env()}
     flags = env.get("XLA_FLAGS", "") if config.runtime == "xla" else ""
+    model_source = source_digest(spec.model) if spec is not None else None
     return {
         "runtime": config.label(),
         "python": _python_version(python),
@@ -47,6 +56,7 @@ def fingerprint(config: RuntimeConfig) -> dict[str, Any]:
         "xla_flags": " ".join(flags.split()),
         "host_cpu": _host_cpu(),
         "workbench_source": _source_hash(),
+        **({"model_source": model_source} if model_source is not None else {}),
     }
 
 
@@ -78,7 +88,7 @@ def reusable(spec: ExperimentSpec, task: str = "train", out_dir: Path | None = N
     """The newest completed run of `spec` in the results folder that was measured in this very
     environment (same :func:`~tpu_workbench.store.fingerprint`), or None. With `cold`, only a
     run measured in a fresh worker counts (a warm worker's first step may compile nothing)."""
-    fp = fingerprint(runtime_config(spec))
+    fp = fingerprint(runtime_config(spec), spec)
     folder = find_folder(spec, task, fp, out_dir or results_dir(), cold=cold)
     return None if folder is None else load_result(folder)
 
