@@ -1,4 +1,6 @@
-"""Model families: ``mingpt``, ``resnet``, ``unet`` (and ``mlp``, the smallest, for checks).
+"""Model families: ``mingpt``, ``resnet``, ``unet`` (and ``mlp``, the smallest, for checks), the
+Hugging Face causal LMs ``hf:gpt2``, ``hf:llama``, ``hf:qwen2``, ``hf:gemma2`` (where
+``transformers`` is installed), and a user's own module (``"path/to/file.py:make"``).
 
 Each is a :class:`ModelFamily`; :func:`get_model` returns one by name.
 """
@@ -21,19 +23,42 @@ _FAMILIES = {
     "resnet": ("resnet", "ResNetFamily"),
     "unet": ("unet", "UNetFamily"),
 }
+# Transformers model_type families (models/hf.py), listed only where transformers is installed.
+_HF_FAMILIES = {
+    "hf:gpt2": ("hf", "GPT2Family"),
+    "hf:llama": ("hf", "LlamaFamily"),
+    "hf:qwen2": ("hf", "Qwen2Family"),
+    "hf:gemma2": ("hf", "Gemma2Family"),
+}
+
+
+def _families() -> dict[str, tuple[str, str]]:
+    """name -> (module, class) of every family whose module (and library) is present."""
+    out = {n: v for n, v in _FAMILIES.items()
+           if importlib.util.find_spec(f"{__name__}.{v[0]}") is not None}
+    if importlib.util.find_spec("transformers") is not None:  # finds it, imports nothing
+        out.update(_HF_FAMILIES)
+    return out
 
 
 def model_names() -> list[str]:
     """Names of the model families whose modules are present."""
-    return [n for n, (mod, _) in _FAMILIES.items()
-            if importlib.util.find_spec(f"{__name__}.{mod}") is not None]
+    return list(_families())
 
 
 def get_model(name: str) -> ModelFamily:
-    """The model family called `name` (raises SpecError naming the valid ones)."""
-    if name not in model_names():
-        raise SpecError(f"unknown model {name!r}; valid models: {', '.join(model_names())}")
-    module_name, cls_name = _FAMILIES[name]
+    """The model family called `name` (raises SpecError naming the valid ones).
+
+    A name with a ``:`` that is not ``hf:...`` is a user's own module, ``"path/to/file.py:make"``
+    or ``"package.module:make"`` (:mod:`.user`)."""
+    if isinstance(name, str) and ":" in name and not name.startswith("hf:"):
+        from .user import load_family
+
+        return load_family(name)
+    families = _families()
+    if name not in families:
+        raise SpecError(f"unknown model {name!r}; valid models: {', '.join(families)}")
+    module_name, cls_name = families[name]
     module = importlib.import_module(f"{__name__}.{module_name}")
     return getattr(module, cls_name)()
 
@@ -57,8 +82,17 @@ def preset_table(name: str):
                      "items_per_step": family.items_per_batch(cfg, batch),
                      "item_unit": family.item_unit,
                      "gflops_per_step": family.flops_per_step(cfg, batch) / 1e9,
-                     **{k: v for k, v in vars(cfg).items() if k != "batch_size"}})
+                     **_config_columns(family, cfg)})
     return pd.DataFrame(rows)
+
+
+def _config_columns(family: ModelFamily, cfg: Any) -> dict[str, Any]:
+    """A config as table columns: the family's own `describe` (the HF families: task and
+    Transformers fields, flat), else the dataclass fields but the batch size."""
+    describe = getattr(family, "describe", None)
+    if describe is not None:
+        return describe(cfg)
+    return {k: v for k, v in vars(cfg).items() if k != "batch_size"}
 
 
 def load_trained(result: Any) -> tuple[ModelFamily, Any, Any]:

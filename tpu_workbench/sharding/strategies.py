@@ -4,6 +4,7 @@ model's parameters, and the validation of a strategy on a mesh (no torch_xla).""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,17 @@ from .mesh import (
     strategy_name,
 )
 
-ROW_PARALLEL = ("attn.c_proj", "mlp.c_proj", "to_out.0")
+# Layers whose input is split (row-parallel: their output is all-reduced); every other Linear is
+# column-parallel. minGPT and Transformers' GPT-2: attn.c_proj, mlp.c_proj; Transformers' Llama,
+# Qwen2, Gemma-2: self_attn.o_proj, mlp.down_proj (q/k/v/gate/up column-parallel); diffusers'
+# attention: to_out.0.
+ROW_PARALLEL = ("attn.c_proj", "mlp.c_proj", "self_attn.o_proj", "mlp.down_proj", "to_out.0")
+
+
+def _conv1d_type() -> type | None:
+    """Transformers' ``Conv1D`` (GPT-2's Linear, weight stored [in, out]) where transformers is
+    loaded; a model that holds one has loaded it."""
+    return getattr(sys.modules.get("transformers.pytorch_utils"), "Conv1D", None)
 
 
 def _tp_partition(module: nn.Module, path: str, pname: str, shape: tuple[int, ...],
@@ -36,6 +47,17 @@ def _tp_partition(module: nn.Module, path: str, pname: str, shape: tuple[int, ..
     def divisible(n: int) -> bool:
         return n % m == 0
 
+    conv1d = _conv1d_type()
+    if conv1d is not None and isinstance(module, conv1d):  # a Linear with its weight transposed
+        if any(path.endswith(s) for s in ROW_PARALLEL):
+            if pname == "weight" and divisible(shape[0]):
+                return ("model", None)  # [in, out]: split the input features
+            return None
+        if pname == "weight" and divisible(shape[1]):
+            return (None, "model")
+        if pname == "bias" and divisible(shape[0]):
+            return ("model",)
+        return None
     if isinstance(module, nn.Linear):
         if any(path.endswith(s) for s in ROW_PARALLEL):
             if pname == "weight" and divisible(shape[1]):
@@ -210,5 +232,8 @@ def validate(mesh_shape: Sequence[int], strategy: str | None, family: Any, cfg: 
             f"strategy {strategy!r} splits {family.name}'s {names} {m} ways over the model "
             f"axis of mesh {mesh_text(mesh)} ({m} of its {n} devices), but "
             + ", ".join(f"{k}={v}" for k, v in bad.items())
-            + f" is not divisible by {m}; valid model axes divide {names}: "
+            + f" is not divisible by {m}"
+            # Grouped-query attention: the KV heads, fewer than the query heads, bind first.
+            + (" (each device holds whole KV heads)" if any("key_value" in k for k in bad) else "")
+            + f"; valid model axes divide {names}: "
             + f"meshes {meshes}, or options whose {names} divide by {m}")
