@@ -44,6 +44,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "roofline_targets": ("timing", "roofline_targets"),
     "roofline_roof": ("timing", "roofline_roof"),
     "compile_events": ("timing", "compile_events"),
+    "fallbacks": ("timing", "fallbacks"),
     "startup_breakdown": ("timing", "startup_breakdown"),
     # notebooks
     "run_live": ("notebook", "run_live"), "smoke_mode": ("notebook", "smoke_mode"),

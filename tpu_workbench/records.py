@@ -3,15 +3,24 @@
 A worker streams one JSON record per event (:mod:`tpu_workbench.worker.train` writes them); each has
 a ``kind``:
 
-============ ==================================================================================
-``step``     ``step`` (0-based; step 0 includes compilation), ``wall_ms`` (after the device
-             finished), ``loss``, ``compiles`` (new XLA compilations in the step), ``cached``
-             (compilations served from the cache), ``compile_ms``, ``executions``
-``compile``  ``step``, ``count``, ``trigger`` (what the spec changed), ``cause`` (torch_xla's
-             words), ``explanation`` (ours), ``graph_hash``, ``inputs``, ``outputs``, ``frame``
-``layout``   what one device holds of one tensor (:data:`tpu_workbench.sharding.LAYOUT_COLUMNS`)
-``info``     ``n_params``, ``batch_size``, ``device``
-============ ==================================================================================
+=============== ===============================================================================
+``step``        ``step`` (0-based; step 0 includes compilation), ``wall_ms`` (after the device
+                finished), ``loss``, ``compiles`` (new XLA compilations in the step), ``cached``
+                (compilations served from the cache), ``compile_ms``, ``executions``;
+                ``fallbacks`` (torch_xla runs only: calls of ops that ran outside XLA in the
+                step) and ``graph_breaks`` (``dynamo``/``inductor``: breaks Dynamo made while
+                tracing the step), absent where the runtime does not measure them
+``compile``     ``step``, ``count``, ``trigger`` (what the spec changed), ``cause`` (torch_xla's
+                words), ``explanation`` (ours), ``graph_hash``, ``inputs``, ``outputs``,
+                ``frame``
+``fallback``    ``step``, ``op`` (torch_xla's counter name, ``aten::<op>``), ``count`` (calls in
+                the step); one per op that ran on the CPU in that step
+``graph_break`` ``step``, ``reason`` (Dynamo's first line), ``detail`` (its explanation),
+                ``where`` (``file:line in function``), ``line`` (the source), ``count``
+``layout``      what one device holds of one tensor
+                (:data:`tpu_workbench.sharding.LAYOUT_COLUMNS`)
+``info``        ``n_params``, ``batch_size``, ``device``
+=============== ===============================================================================
 
 :func:`labelled_steps` adds the spec's ``model``, ``preset`` and ``mode`` (:data:`LABELS`) and the
 ``run_id``, which every steps DataFrame the library returns carries.
@@ -22,6 +31,15 @@ from __future__ import annotations
 from typing import Any
 
 LABELS = ("model", "preset", "mode")
+
+# :func:`tpu_workbench.timing.fallbacks`: one row per op that ran outside the compiler or graph
+# break of a run. ``kind`` "fallback" or "graph_break"; ``op`` the op (``aten::<op>``) or the
+# break's reason, "none" with ``count`` 0 for a run that measured none of that kind; ``where``
+# and ``line`` the source of a graph break; ``count`` calls (fallback) or breaks over the run;
+# ``per_step`` calls per step of the run (fallbacks); ``steps`` the steps it happened in
+# ("0-19"); ``note`` what it means.
+FALLBACK_COLUMNS = ["model", "preset", "mode", "kind", "op", "where", "line", "count",
+                    "per_step", "steps", "note", "run_id"]
 
 
 def require_columns(df: Any, columns: list[str], what: str) -> None:

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from .records import labelled_steps
+from .records import FALLBACK_COLUMNS, labelled_steps
 
 WARMUP_STEPS = 1  # steps excluded from steady state (step 0 compiles)
 
@@ -176,6 +176,80 @@ def compile_events(results: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "preset", "mode", "step", "count", "trigger",
                                        "cause", "explanation", "graph_hash", "inputs", "outputs",
                                        "frame"])
+
+
+NO_FALLBACKS = "no CPU fallbacks: every op of every step ran in XLA"
+NO_GRAPH_BREAKS = "no graph breaks: Dynamo traced the model in one piece"
+_OP_NOTES = {
+    "aten::_local_scalar_dense": "a tensor's value read on the host (.item(), a Python `if` on "
+                                 "a tensor): the graph is cut and run to get it",
+}
+_OP_NOTE = "ran on the CPU: no XLA lowering for it here (inputs copied to the host and back)"
+_BREAK_NOTES = {
+    "generic_jump": "a Python `if`/`while` on a tensor's value: a data-dependent branch",
+}
+
+
+def fallbacks(runs) -> pd.DataFrame:
+    """What of each run did not compile (columns :data:`~tpu_workbench.records.FALLBACK_COLUMNS`).
+
+    One row per op that ran outside XLA (``kind="fallback"``: torch_xla's ``aten::<op>``
+    counters, calls over the run and per step) and per graph break Dynamo made
+    (``kind="graph_break"``, modes ``dynamo`` and ``inductor``: reason, source line, how often).
+    Zero is explicit: a run that measured none of a kind has one row ``op="none"``, ``count=0``
+    (:data:`NO_FALLBACKS`, :data:`NO_GRAPH_BREAKS`). A run that measures neither (plain PyTorch
+    eager, TorchTPU) has no row. `runs`: a Comparison, a RunResult or a list of RunResults.
+    In mode ``dynamo`` a step that compiles undercounts: torch_xla's openxla bridge clears
+    every counter while it compiles (measured: the host read between two graphs missing from
+    step 0 only).
+    """
+    results = [runs] if hasattr(runs, "records") else list(getattr(runs, "results", runs))
+    rows = []
+    for result in results:
+        steps = [r for r in result.records if r.get("kind", "step") == "step"]
+        base = {"model": result.spec.model, "preset": result.spec.preset,
+                "mode": result.spec.mode, "run_id": result.run_id}
+        for kind, field, none in (("fallback", "fallbacks", NO_FALLBACKS),
+                                  ("graph_break", "graph_breaks", NO_GRAPH_BREAKS)):
+            if not any(field in r for r in steps):
+                continue  # not measured by this run's runtime or mode
+            found = _outside_rows(kind, [r for r in result.records if r.get("kind") == kind],
+                                  len(steps))
+            rows += [{**base, **row} for row in found] or [
+                {**base, "kind": kind, "op": "none", "where": "", "line": "", "count": 0,
+                 "per_step": 0.0 if kind == "fallback" else math.nan, "steps": "",
+                 "note": none}]
+    return pd.DataFrame(rows, columns=FALLBACK_COLUMNS)
+
+
+def _outside_rows(kind: str, records: list[dict], n_steps: int) -> list[dict]:
+    """The records of one kind of one run summed per op (fallback) or reason and place."""
+    groups: dict[tuple[str, str], dict] = {}
+    for r in records:
+        op = r["op"] if kind == "fallback" else r.get("reason", "")
+        row = groups.setdefault((op, r.get("where", "")), {
+            "kind": kind, "op": op, "where": r.get("where", ""), "line": r.get("line", ""),
+            "count": 0, "steps": set(), "note": _OP_NOTES.get(op, _OP_NOTE) if kind == "fallback"
+            else next((v for k, v in _BREAK_NOTES.items() if op.startswith(k)),
+                      r.get("detail", ""))})
+        row["count"] += int(r["count"])
+        row["steps"].add(int(r["step"]))
+    out = sorted(groups.values(), key=lambda row: (min(row["steps"]), -row["count"]))
+    for row in out:
+        row["per_step"] = row["count"] / n_steps if kind == "fallback" and n_steps else math.nan
+        row["steps"] = step_ranges(sorted(row["steps"]))
+    return out
+
+
+def step_ranges(steps: list[int]) -> str:
+    """Sorted step numbers as ranges: [0, 1, 2, 5] -> "0-2, 5"."""
+    parts: list[list[int]] = []
+    for s in steps:
+        if parts and s == parts[-1][1] + 1:
+            parts[-1][1] = s
+        else:
+            parts.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in parts)
 
 
 def startup_breakdown(results: list) -> pd.DataFrame:

@@ -12,6 +12,7 @@ from ..experiments import Comparison, run_many
 from ..paths import writable_folder
 from ..records import label
 from ..spec import CHANGES, MODES, ExperimentSpec
+from ..timing import fallbacks
 
 DEFAULT_MODES = "torch_eager,inductor,eager,lazy,compile,dynamo"
 
@@ -72,6 +73,22 @@ def write_outputs(comparison: Comparison, out: Path, steps: int) -> list[Path]:
     return written
 
 
+def outside_compiler(table) -> str:
+    """What did not compile, for the terminal: "no CPU fallbacks (lazy, ...)" and "no graph
+    breaks (dynamo)" for the modes with none, then a small table of the ops and breaks found
+    (`table`: :func:`~tpu_workbench.timing.fallbacks`)."""
+    lines = []
+    for kind, none in (("fallback", "no CPU fallbacks"), ("graph_break", "no graph breaks")):
+        clean = table[(table["kind"] == kind) & (table["count"] == 0)]["mode"].tolist()
+        if clean:
+            lines.append(f"{none} ({', '.join(clean)})")
+    found = table[table["count"] > 0]
+    if len(found):
+        cols = ["mode", "kind", "op", "where", "count", "per_step", "steps"]
+        lines.append(found[cols].to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+    return "\n".join(lines)
+
+
 def bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -90,6 +107,9 @@ def bench(args: argparse.Namespace) -> int:
         cols = ["mode", "first_step_ms", "steady_median_ms", "steady_p10_ms", "steady_p90_ms",
                 "compiles_total", "compiles_steady", "items_per_s", "mfu", "final_loss"]
         print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+    outside = outside_compiler(fallbacks(comparison))
+    if outside:
+        print(outside)
     for name, err in comparison.errors.items():
         print(f"FAILED {name}: {err}", file=sys.stderr)
     print(f"wrote {len(written)} files to {out}")

@@ -3,7 +3,7 @@
 A :class:`Backend` is one runtime inside a worker (torch_xla, plain PyTorch, TorchTPU). Its
 methods read in the order a run calls them (:func:`tpu_workbench.worker.train.train`): describe
 the runtime, set the model and step up, place the batches, start counting, wait for each step,
-count what it compiled, then report memory and caches.
+count what it compiled and what ran outside the compiler, then report memory and caches.
 """
 
 from __future__ import annotations
@@ -90,6 +90,51 @@ class NoCounters:
         return {"compiles": 0, "cached": 0, "compile_ms": 0.0, "executions": 0}
 
 
+def _where(frame: Any) -> str:
+    """``path:line in function`` of a traceback frame, the path cut after ``site-packages/``
+    (``transformers/models/llama/modeling_llama.py``) or made relative to the working folder."""
+    path = str(frame.filename)
+    if "site-packages/" in path:
+        path = path.rsplit("site-packages/", 1)[1]
+    else:
+        with contextlib.suppress(ValueError):
+            path = str(Path(path).resolve().relative_to(Path.cwd()))
+    return f"{path}:{frame.lineno} in {frame.name}"
+
+
+class GraphBreaks:
+    """The graph breaks Dynamo made while tracing (torch.compile, any backend): the list
+    ``torch._dynamo.utils.graph_break_reasons`` that ``torch._dynamo.explain`` reads too, so
+    nothing runs twice. Dynamo breaks while it traces (step 0, or a step that recompiled), not
+    on every call."""
+
+    def __init__(self) -> None:
+        from torch._dynamo.utils import graph_break_reasons
+
+        self.reasons = graph_break_reasons
+        self.seen = len(graph_break_reasons)
+
+    def new(self, step: int) -> list[dict[str, Any]]:
+        """One ``kind="graph_break"`` record per (reason, place) Dynamo added since the last
+        call: ``reason`` (its first line), ``detail`` (its explanation), ``where``, ``line``
+        (the source line), ``count``."""
+        if len(self.reasons) < self.seen:  # torch._dynamo.reset() cleared the list
+            self.seen = 0
+        fresh, self.seen = self.reasons[self.seen:], len(self.reasons)
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in fresh:
+            lines = [ln.strip() for ln in str(r.reason).splitlines() if ln.strip()]
+            frame = r.user_stack[-1] if r.user_stack else None
+            where = _where(frame) if frame is not None else ""
+            record = out.setdefault((lines[0] if lines else "", where), {
+                "kind": "graph_break", "step": step, "reason": lines[0] if lines else "",
+                "detail": next((ln.removeprefix("Explanation:").strip() for ln in lines
+                                if ln.startswith("Explanation:")), ""),
+                "where": where, "line": (frame.line or "").strip() if frame else "", "count": 0})
+            record["count"] += 1
+        return list(out.values())
+
+
 class Backend:
     """One runtime in a worker. Subclasses set ``runtime`` and implement :meth:`runtime_info`
     and :meth:`setup`; the rest has defaults for a runtime without compilations."""
@@ -100,6 +145,7 @@ class Backend:
         self.device: torch.device = torch.device("cpu")
         self.counters: Any = NoCounters()
         self.capture: Any = None  # capture="hlo": what collects the compiled programs
+        self.breaks: GraphBreaks | None = None  # torch.compile modes: Dynamo's graph breaks
 
     def runtime_info(self) -> dict[str, Any]:
         """The runtime and the devices it sees (the worker's ``ready`` message)."""
@@ -125,10 +171,21 @@ class Backend:
         """Start counting compilations from here: moving data is not part of a step."""
         self.wait()
         self.counters.delta()
+        if self.breaks is not None:
+            self.breaks.new(-1)
 
     def step_counts(self) -> dict[str, float]:
         """Compilations, cache hits, compile ms and executions since the last call."""
         return self.counters.delta()
+
+    def step_fallbacks(self, step: int) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        """What of `step` did not compile, read after its timing ended: the step record's
+        totals (``graph_breaks`` where Dynamo traces; XLA also ``fallbacks``) and one record
+        per graph break (:class:`GraphBreaks`) or op that ran outside the compiler."""
+        if self.breaks is None:
+            return {}, []
+        records = self.breaks.new(step)
+        return {"graph_breaks": sum(r["count"] for r in records)}, records
 
     def compile_records(self, step: int, counts: dict[str, float],
                         trigger: str) -> list[dict[str, Any]]:

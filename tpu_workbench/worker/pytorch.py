@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..paths import cache_dir
-from .backend import Backend, ChangeHooks, NoCounters, Step, make_optimizer, make_step
+from .backend import Backend, ChangeHooks, GraphBreaks, NoCounters, Step, make_optimizer, make_step
 
 
 class DynamoCounters(NoCounters):
@@ -73,6 +73,7 @@ class TorchBackend(Backend):
         # Set before the first compile: inductor reads it when it first builds code.
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
         self.counters = DynamoCounters()
+        self.breaks = GraphBreaks()
         return make_step(family, torch.compile(model), opt, hooks)
 
     def wait(self, loss: torch.Tensor | None = None) -> None:

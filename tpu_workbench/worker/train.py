@@ -2,7 +2,9 @@
 
 One ``kind="step"`` record is streamed per training step, after waiting for the device (the
 columns are documented in :mod:`tpu_workbench.records`); for every XLA compilation a
-``kind="compile"`` record follows its step's record (see :mod:`tpu_workbench.recompiles`).
+``kind="compile"`` record follows its step's record (see :mod:`tpu_workbench.recompiles`), then
+one ``kind="fallback"`` record per op that ran outside XLA and one ``kind="graph_break"`` record
+per graph break Dynamo made (both read after the step's clock stopped).
 What differs between runtimes is the :class:`~tpu_workbench.worker.backend.Backend` object.
 """
 
@@ -116,10 +118,13 @@ def _steps(ctx: Any, spec: ExperimentSpec, backend: Backend, step_fn: Any, hooks
             counts = backend.step_counts()
             loss_value = float(loss.detach().to("cpu"))
             losses.append(loss_value)
+            outside, outside_records = backend.step_fallbacks(step)  # after reading the loss
             ctx.emit({"kind": "step", "step": step, "wall_ms": wall_ms, "loss": loss_value,
-                      **counts})
+                      **counts, **outside})
             trigger = CHANGES[spec.change] if spec.change and step == spec.change_at else ""
             for record in backend.compile_records(step, counts, trigger):
+                ctx.emit(record)
+            for record in outside_records:
                 ctx.emit(record)
     finally:  # a cancelled or failed run still closes its trace (in its -failed folder)
         if profiler:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..recompiles import CompileLog
-from .backend import Backend, ChangeHooks, Step, make_optimizer, make_step
+from .backend import Backend, ChangeHooks, GraphBreaks, Step, make_optimizer, make_step
 
 
 class XLACounters:
@@ -46,6 +46,37 @@ class XLACounters:
         # torch.compile's openxla bridge clears the counters while it compiles: after a reset
         # the change is the new value itself.
         out = {k: now[k] - self.last[k] if now[k] >= self.last[k] else now[k] for k in now}
+        self.last = now
+        return out
+
+
+class FallbackCounters:
+    """torch_xla's ``aten::<op>`` counters: one per op that ran outside XLA (torch_xla had no
+    lowering for it here, so it ran on the CPU, its inputs copied to the host and back), counting
+    calls. Reading them all costs well under a millisecond (see tests/test_fallbacks.py)."""
+
+    def __init__(self) -> None:
+        import torch_xla.debug.metrics as met
+
+        self.met = met
+        self.last = self.read()
+
+    def read(self) -> dict[str, int]:
+        met = self.met
+        return {name: met.counter_value(name) or 0 for name in met.counter_names()
+                if name.startswith("aten::")}
+
+    def delta(self) -> dict[str, int]:
+        """{op: calls} since the last read, ops with none left out. The openxla bridge clears
+        every counter while Dynamo compiles: a counter below its last value restarted from zero
+        (calls before the clear in that same step are lost)."""
+        now = self.read()
+        out = {}
+        for op, n in now.items():
+            before = self.last.get(op, 0)
+            calls = n - before if n >= before else n
+            if calls:
+                out[op] = calls
         self.last = now
         return out
 
@@ -154,6 +185,7 @@ class XLABackend(Backend):
         self.strategy: str | None = None
         self.log = CompileLog(None)
         self.cache_start: dict[str, float] = {}
+        self.fallbacks: FallbackCounters | None = None
 
     def runtime_info(self) -> dict[str, Any]:
         import torch_xla
@@ -202,6 +234,8 @@ class XLABackend(Backend):
         with contextlib.suppress(Exception):
             torch_xla.sync()
         self.counters = XLACounters()
+        self.fallbacks = FallbackCounters()
+        self.breaks = GraphBreaks() if spec.mode == "dynamo" else None
         if "hlo" in spec.capture:  # after set-up's own sync: only the run's programs
             self.capture = HLOCapture()
         return step
@@ -252,6 +286,17 @@ class XLABackend(Backend):
         self.cache_start = _cache_counters()
         self.log = compile_log()
         self.counters.delta()
+        if self.fallbacks is not None:
+            self.fallbacks.delta()
+        if self.breaks is not None:
+            self.breaks.new(-1)
+
+    def step_fallbacks(self, step: int) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        totals, records = super().step_fallbacks(step)
+        ops = self.fallbacks.delta() if self.fallbacks is not None else {}
+        records = [{"kind": "fallback", "step": step, "op": op, "count": n}
+                   for op, n in sorted(ops.items())] + records
+        return {"fallbacks": sum(ops.values()), **totals}, records
 
     def compile_records(self, step: int, counts: dict[str, float],
                         trigger: str) -> list[dict[str, Any]]:
