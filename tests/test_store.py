@@ -80,20 +80,54 @@ def test_failed_and_partial_runs_are_never_reused(stored, tmp_path):
     assert json.loads((result.out_dir / "environment.json").read_text())["task"] == "train"
 
 
-def test_cold_runs_start_their_workers_together_and_stop_them(results, tmp_path, monkeypatch):
+def test_cold_runs_start_the_first_worker_alone_then_the_rest_together(results, tmp_path,
+                                                                        monkeypatch):
+    from tpu_workbench import experiments, workers
+
     log = tmp_path / "workers.log"
     monkeypatch.setenv(WORKER_LOG_ENV, str(log))
-    specs = [wb.ExperimentSpec(model="mlp", mode=m, steps=2) for m in ("torch_eager", "eager")]
+    events: list[str] = []  # worker start-ups and timed runs, in the order they happened
+    real_init, real_measure = workers.Worker.__init__, experiments._measure
+
+    def init(self, config):
+        events.append("start")
+        real_init(self, config)
+
+    def measure(spec, *args):
+        events.append(f"run {spec.mode}")
+        return real_measure(spec, *args)
+
+    monkeypatch.setattr(workers.Worker, "__init__", init)
+    monkeypatch.setattr(experiments, "_measure", measure)
+    specs = [wb.ExperimentSpec(model="mlp", mode=m, steps=2)
+             for m in ("torch_eager", "eager", "lazy")]
     comparison = wb.run_many(specs, cold=True)
     assert comparison.ok, comparison.errors
-    assert len(log.read_text().splitlines()) == 2  # one fresh worker per run
+    # The first result after one start-up; no start-up overlaps a timed run after that.
+    assert events == ["start", "run torch_eager", "start", "start", "run eager", "run lazy"]
+    assert len(log.read_text().splitlines()) == 3  # one fresh worker per run
     assert all(r.worker_start_s > 0 for r in comparison.results)
     breakdown = wb.startup_breakdown(comparison.results)  # spawn, imports, build, steps
     assert (breakdown[["spawn", "imports", "build", "first_step"]] > 0).all().all(), breakdown
     assert (breakdown.imports < [r.worker_start_s for r in comparison.results]).all()
     again = wb.run_many(specs, reuse=True, cold=True)
-    assert [r.reused for r in again.results] == [True, True]
-    assert len(log.read_text().splitlines()) == 2  # reuse started none
+    assert [r.reused for r in again.results] == [True, True, True]
+    assert len(log.read_text().splitlines()) == 3  # reuse started none
+
+
+def test_a_bad_spec_fails_a_cold_comparison_before_any_run_and_leaves_no_worker(
+        results, tmp_path, monkeypatch):
+    import psutil
+
+    log = tmp_path / "workers.log"
+    monkeypatch.setenv(WORKER_LOG_ENV, str(log))
+    good = wb.ExperimentSpec(model="mlp", mode="torch_eager", steps=2)
+    with pytest.raises(wb.SpecError, match="steps must be a positive int"):
+        wb.run_many([good, good.replace(steps=0)], cold=True)
+    # The first run's worker was started early (its imports overlap the validation) and is gone.
+    pids = [int(line.split("pid=")[1].split()[0]) for line in log.read_text().splitlines()]
+    assert len(pids) == 1 and not psutil.pid_exists(pids[0])
+    assert not list(results.glob("*"))  # nothing ran, nothing was written
 
 
 def test_a_cold_run_reuses_only_a_run_of_a_fresh_worker(stored, tmp_path):

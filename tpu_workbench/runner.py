@@ -22,6 +22,7 @@ reuse=True)`` loads a completed run of the same spec measured in the same enviro
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import RunCancelled, RunFailed, RunTimeout, WorkerCrashed, WorkerError
+from .errors import RunCancelled, RunFailed, RunTimeout, SpecError, WorkerCrashed, WorkerError
 from .paths import results_dir
 from .records import records_frame
 from .spec import ExperimentSpec, RuntimeConfig, runtime_config
@@ -229,7 +230,8 @@ class Run:
 
 def _new_run_id(spec: ExperimentSpec, task: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    what = f"{spec.model}-{spec.mode}" if task == "train" else task
+    model = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.model)[-60:]  # "hf:llama", "dir/f.py:make"
+    what = f"{model}-{spec.mode}" if task == "train" else task
     return f"{stamp}-{what}-{uuid.uuid4().hex[:6]}"
 
 
@@ -244,16 +246,26 @@ def submit(spec: ExperimentSpec, *, timeout: float = DEFAULT_RUN_TIMEOUT_S,
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     spec.validate()
     config = runtime_config(spec)
-    fp = fingerprint(config)  # before the run: what the environment was when it started
+    fp = fingerprint(config, spec)  # before the run: what the environment was when it started
     worker = (pool or default_pool()).worker(config)
     worker.reserve()
-    run = Run(worker, spec, task, timeout, out_dir, fp)
     try:
+        run = Run(worker, spec, task, timeout, out_dir, fp)
         run._start()
     except BaseException:
         worker.release()
         raise
     return run
+
+
+def stored(spec: ExperimentSpec, **kwargs: Any) -> RunResult | None:
+    """:func:`reusable` for a spec not validated yet (validating imports torch, and a stored
+    run's spec was valid): a spec too malformed to look up has no stored run, and the caller's
+    ``validate()`` then names what is wrong with it."""
+    try:
+        return reusable(spec, **kwargs)
+    except (SpecError, KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def run(spec: ExperimentSpec, on_record: Callable[[dict[str, Any]], None] | None = None,
@@ -266,9 +278,8 @@ def run(spec: ExperimentSpec, on_record: Callable[[dict[str, Any]], None] | None
     earlier run's compile cache can serve this one.
     """
     if reuse:
-        spec.validate()
-        found = reusable(spec, task=kwargs.get("task", "train"), out_dir=kwargs.get("out_dir"),
-                         cold=cold)
+        found = stored(spec, task=kwargs.get("task", "train"), out_dir=kwargs.get("out_dir"),
+                       cold=cold)
         if found is not None:
             for record in found.records:
                 if on_record is not None:

@@ -121,7 +121,12 @@ def main(started: float | None = None) -> None:
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("op") == "exit":
-            break
+            # Skip the interpreter's teardown (1.2-1.9 s of CPU with torch_xla loaded, measured
+            # on XLA:CPU): every file a task writes is closed when its "done" was sent, and on
+            # a 2-core host a dying worker's teardown would slow the next worker's timed steps.
+            channel.flush()
+            sys.stderr.flush()
+            os._exit(0)
         global _CANCEL
         _CANCEL = False
         run_id = command["run_id"]
