@@ -115,3 +115,21 @@ def test_quickstart_replicas_check(worker_log):
 
 def _code(app, needle: str) -> str:
     return next(c.code for c in app._cell_manager.cell_data() if needle in c.code)
+
+
+def test_your_model_exercise_reads_the_fit_table_and_starts_nothing(worker_log):
+    from tpu_workbench import sharding
+
+    module = _load("your_model")
+    assert _inputs(module, "judge_smallest_slice(slice_answer") == {"fit", "slice_answer"}
+    # Llama-3-8B, batch 32 x 2048 tokens: fsdp fits from v6e-8 with recomputation only.
+    plan = dict(n_params=8_030_261_248, batch_size=32, seq_len=2048, hidden=4096, layers=32,
+                heads=32, kv_heads=8, bytes_per_param=2, optimizer_bytes_per_param=12)
+    kept = sharding.fit_table(**plan, recompute=True)
+    assert module.judge_smallest_slice("v6e-8", kept)[0] == "success"
+    assert module.judge_smallest_slice("v6e-16", kept)[0] == "warn"
+    full = sharding.fit_table(**plan, recompute=False)  # 30.6 GB of activations even on v6e-32
+    assert not full[full.strategy == "fsdp"].fits.any()
+    assert module.judge_smallest_slice("none", full)[0] == "success"
+    assert module.judge_smallest_slice("v6e-32", full)[0] == "warn"
+    assert worker_log() == 0

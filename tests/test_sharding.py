@@ -390,3 +390,34 @@ def test_channel_norms_follow_their_conv_under_tp():
     assert buffers["layer1.0.bn1.running_mean"] == ("model",)
     assert "layer1.0.bn1.num_batches_tracked" not in buffers  # an int counter: replicated
     assert params["fc.weight"] is None  # 10 classes do not divide by 4
+
+
+def test_activation_estimate_follows_korthikanti_and_divides_with_tp():
+    # GPT-3 175B's layer (s=2048, b=1, h=12288, a=96): s*b*h*(34 + 5*a*s/h) bytes in 16-bit.
+    one = sh.activation_bytes(1, 2048, 12288, 1, 96)
+    assert one == 2048 * 12288 * (34 + 5 * 96 * 2048 / 12288)
+    assert sh.activation_bytes(1, 2048, 12288, 1, 96, tp=8) < one / 4  # most of it splits
+    assert sh.activation_bytes(4, 2048, 12288, 2, 96, recompute=True) == 2 * 2 * 2048 * 4 * 12288
+
+
+def test_fit_table_plans_llama_3_8b_on_v6e_slices():
+    # Llama-3-8B: bf16 params, fp32 master weights + Adam, activations recomputed.
+    table = sh.fit_table(8_030_261_248, batch_size=32, seq_len=2048, hidden=4096, layers=32,
+                         heads=32, kv_heads=8, bytes_per_param=2, optimizer_bytes_per_param=12,
+                         recompute=True)
+    assert len(table) == 12 and set(table.slice) == set(sh.SLICES)
+    row = table.set_index(["slice", "strategy"])
+    assert not row.loc[("v6e-8", "dp"), "fits"]  # 16 B per parameter on every chip
+    assert row.loc[("v6e-8", "fsdp"), "fits"]
+    assert row.loc[("v6e-8", "fsdp"), "per_device_gb"] == pytest.approx(
+        8_030_261_248 * 16 / 8 / 1e9 + row.loc[("v6e-8", "fsdp"), "activation_gb"])
+    # GQA: 8 KV heads cannot split over a model axis of 3; batch 30 does not split 8 ways.
+    odd = sh.fit_table(10**9, 30, 128, 1024, 4, heads=12, kv_heads=8, slices=["v6e-8"],
+                       strategies=["fsdp", "tp"])
+    assert "does not split 8 ways" in odd.reason[0]
+    assert "kv_heads=8 not divisible by the model axis" not in odd.reason[1]  # 4 divides 8
+    gqa = sh.fit_table(10**9, 32, 128, 1024, 4, heads=12, kv_heads=6, slices=["v6e-8"],
+                       strategies=["tp"])
+    assert not gqa.fits[0] and "kv_heads=6 not divisible by the model axis 4" in gqa.reason[0]
+    with pytest.raises(wb.SpecError, match="unknown slice 'v6e-9'"):
+        sh.fit_table(10**9, 8, 128, 1024, 4, 8, slices=["v6e-9"])

@@ -17,12 +17,18 @@ from .modes import (
     step_times,
 )
 from .profiling import step_breakdown, timeline, top_ops
-from .sharding import collective_bytes, layout_grid, memory_bars, step_time_per_strategy
+from .sharding import (
+    collective_bytes,
+    fit_bars,
+    layout_grid,
+    memory_bars,
+    step_time_per_strategy,
+)
 
 __all__ = [
     "cache_first_steps", "collective_bytes", "compiles_per_mode", "diff_chart",
     "first_vs_steady", "kernel_errors", "kernel_schedule", "layout_grid",
     "loss_curves", "memory_bars", "op_mix", "recompile_timeline", "roofline", "save_chart",
     "score_tiles", "steady_times", "step_breakdown",
-    "step_time_per_strategy", "step_times", "timeline", "top_ops",
+    "fit_bars", "step_time_per_strategy", "step_times", "timeline", "top_ops",
 ]

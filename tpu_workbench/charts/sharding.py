@@ -206,3 +206,33 @@ def step_time_per_strategy(summary: pd.DataFrame) -> alt.LayerChart:
             x=x, y="steady_p10_ms:Q", y2="steady_p90_ms:Q"))
     return alt.layer(*layers).properties(
         title="steady-state step time per strategy (median, p10-p90)", width=320, height=240)
+
+
+
+FIT_PARTS = {"params_gb": "params", "grads_gb": "grads", "optimizer_gb": "optimizer",
+             "activation_gb": "activations"}
+
+
+def fit_bars(table: pd.DataFrame) -> alt.FacetChart:
+    """GB per chip for each strategy, one panel per slice, stacked by part, against the usable
+    HBM (dashed). From :func:`tpu_workbench.sharding.fit_table`; rows that cannot run (heads
+    that do not divide the model axis, a batch that does not split) have no bar."""
+    require_columns(table, ["slice", "strategy", "fits", "usable_gb", *FIT_PARTS], "fit_bars")
+    parts = list(FIT_PARTS.values())
+    long = table.dropna(subset=["usable_gb"]).melt(
+        id_vars=["slice", "strategy", "fits", "usable_gb"], value_vars=list(FIT_PARTS),
+        var_name="part", value_name="gb")
+    long["part"] = long["part"].map(FIT_PARTS)
+    long["part_order"] = long["part"].map(parts.index)
+    strategies = list(dict.fromkeys(table["strategy"]))
+    bars = alt.Chart().mark_bar().encode(
+        x=alt.X("strategy:N", sort=strategies, title=None, axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("sum(gb):Q", title="GB per chip"),
+        color=alt.Color("part:N", sort=parts, title="part"),
+        order=alt.Order("part_order:Q"),
+        tooltip=["slice", "strategy", "part", alt.Tooltip("gb:Q", format=".2f"), "fits"])
+    hbm = alt.Chart().mark_rule(strokeDash=[4, 3], color="black").encode(
+        y="mean(usable_gb):Q", tooltip=[alt.Tooltip("mean(usable_gb):Q", format=".1f",
+                                                    title="usable HBM (GB)")])
+    return alt.layer(bars, hbm, data=long).properties(width=150, height=220).facet(
+        column=alt.Column("slice:N", sort=list(dict.fromkeys(table["slice"])), title=None))

@@ -98,9 +98,14 @@ from .layout import (
 )
 from .memory import (
     MEMORY_COLUMNS,
+    SLICES,
+    activation_bytes,
+    fit_table,
     fits,
     memory_per_device,
+    model_fit_table,
     step_file,
+    transformer_shape,
     xla_memory_parts,
 )
 from .mesh import (
@@ -135,6 +140,11 @@ from .summary import (
 )
 
 __all__ = [
+    "SLICES",
+    "activation_bytes",
+    "fit_table",
+    "model_fit_table",
+    "transformer_shape",
     "largest_split_tensor",
     "tensors_by_size",
     "AXES_1D",

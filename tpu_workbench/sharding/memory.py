@@ -161,3 +161,96 @@ def xla_memory_parts(result_or_hlo_dir: Any) -> dict[str, float] | None:
             "outputs_bytes": float(allocs.loc[outputs, "size_bytes"].sum()),
             "temporaries_bytes": float(allocs.loc[~arguments & ~outputs, "size_bytes"].sum()),
             "total_bytes": float(parsed["total_bytes"])}
+
+
+# Slices of v6e chips a plan is checked on: name -> (data, model) mesh. dp and fsdp use all the
+# slice's chips as one data axis.
+SLICES = {"v6e-8": (2, 4), "v6e-16": (4, 4), "v6e-32": (4, 8)}
+
+
+def activation_bytes(batch_size: int, seq_len: int, hidden: int, layers: int, heads: int,
+                     tp: int = 1, bytes_per_value: float = 2, recompute: bool = False) -> float:
+    """Activations one training step keeps for its backward pass in a decoder-only transformer,
+    with no recomputation: ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` bytes per layer for 16-bit
+    activations and tensor parallelism `t` (Korthikanti et al. 2022, "Reducing Activation
+    Recomputation in Large Transformer Models", eqs. 1-2), scaled by ``bytes_per_value / 2``.
+    `batch_size` is the batch one device sees. ``recompute=True`` (full activation
+    checkpointing) keeps only each layer's input, ``2*s*b*h`` bytes. An estimate: embeddings,
+    the logits and XLA's temporaries come on top."""
+    s, b, h, a, t = seq_len, batch_size, hidden, heads, tp
+    per_layer = 2 * s * b * h if recompute else s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    return layers * per_layer * bytes_per_value / 2
+
+
+def fit_table(n_params: int, batch_size: int, seq_len: int, hidden: int, layers: int,
+              heads: int, kv_heads: int | None = None, slices: Sequence[str] = tuple(SLICES),
+              strategies: Sequence[str] = ("dp", "fsdp", "tp", "dp_tp"),
+              recompute: bool = False, **fits_kwargs: Any) -> pd.DataFrame:
+    """Does a transformer of `n_params` train on each slice with each strategy? One row per
+    (slice, strategy): per-chip GB of params, grads, Adam state and activations (the global
+    `batch_size` split over the data axis; see :func:`activation_bytes`, and `recompute`),
+    ``fits`` and why.
+    tp and dp_tp need the model axis to divide `heads` and `kv_heads` (GQA); where it does not,
+    the row says so (``fits`` False). Other keywords go to :func:`fits` (e.g. bf16 params)."""
+    import pandas as pd
+
+    rows = []
+    for name in slices:
+        if name not in SLICES:
+            raise SpecError(f"unknown slice {name!r}; valid: {', '.join(SLICES)}")
+        data, model = SLICES[name]
+        devices = data * model
+        for strategy in strategies:
+            strategy = strategy_name(strategy)
+            split = strategy in ("tp", "dp_tp")
+            mesh = (data, model) if split else (devices,)
+            t = model if split else 1
+            batch_ways = {"dp": devices, "fsdp": devices, "tp": 1, "dp_tp": data}[strategy]
+            row = {"slice": name, "strategy": strategy, "mesh": mesh_text(mesh)}
+            bad = [f"{k}={v}" for k, v in (("heads", heads), ("kv_heads", kv_heads))
+                   if split and v is not None and v % t]
+            if bad or batch_size % batch_ways:
+                why = (f"{' and '.join(bad)} not divisible by the model axis {t}" if bad else
+                       f"batch {batch_size} does not split {batch_ways} ways")
+                rows.append({**row, "fits": False, "reason": why})
+                continue
+            act = activation_bytes(batch_size // batch_ways, seq_len, hidden, layers, heads, t,
+                                   recompute=recompute)
+            f = fits(n_params, strategy, mesh, activation_bytes=act, **fits_kwargs)
+            rows.append({**row, "fits": f["fits"],
+                         **{k.replace("_bytes", "_gb"): f[k] / 1e9 for k in (
+                             "per_device_bytes", "params_bytes", "grads_bytes",
+                             "optimizer_bytes", "activation_bytes", "usable_bytes")},
+                         "reason": f["reason"]})
+    return pd.DataFrame(rows)
+
+
+def transformer_shape(family: Any, cfg: Any) -> dict[str, int]:
+    """Hidden width, layers, heads and KV heads of a transformer family's config: a Hugging
+    Face family's Transformers config (``hf_config``), or minGPT's fields."""
+    hf = family.hf_config(cfg) if hasattr(family, "hf_config") else None
+    if hf is not None:
+        heads = hf.num_attention_heads
+        return {"hidden": hf.hidden_size, "layers": hf.num_hidden_layers, "heads": heads,
+                "kv_heads": getattr(hf, "num_key_value_heads", None) or heads}
+    if all(hasattr(cfg, k) for k in ("n_embd", "n_layer", "n_head")):
+        return {"hidden": cfg.n_embd, "layers": cfg.n_layer, "heads": cfg.n_head,
+                "kv_heads": cfg.n_head}
+    raise SpecError(f"model {family.name!r} is not a transformer family (hf:*, mingpt): a fit "
+                    "plan needs its hidden width, layers and heads")
+
+
+def model_fit_table(model: str, preset: str, batch_size: int, seq_len: int,
+                    **kwargs: Any) -> pd.DataFrame:
+    """:func:`fit_table` for a transformer family's preset: its parameters counted on the meta
+    device (shapes only: Llama-3-8B in a second) and its shape. Keywords go to fit_table."""
+    import torch
+
+    from .. import models
+
+    family = models.get_model(model)
+    cfg = family.config(preset)
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in family.build(cfg).parameters())  # tied counted once
+    table = fit_table(n_params, batch_size, seq_len, **transformer_shape(family, cfg), **kwargs)
+    return table.assign(model=model, preset=preset, params=n_params)
