@@ -266,6 +266,92 @@ def _(by_strategy, strategy_runs):
 @app.cell(hide_code=True)
 def _():
     mo.md(r"""
+    ## Plan a run: predicted step time on a TPU slice
+
+    Before renting a slice: how fast would this model train on it, and what would hold it
+    back? The workbench compiles the training step on the slice's mesh of virtual devices (it
+    never runs it: the same SPMD-partitioned program a TPU would get), takes XLA's FLOPs and
+    bytes per device and the collectives XLA inserted, and times them on the chip's published
+    figures. A large model is compiled with one and two blocks at its real width and scaled to
+    all its blocks. Every number below is **predicted**, not measured; the assumptions are
+    listed under the chart. The fit check beside it says whether the plan fits the chips' HBM:
+    a plan that does not fit is not predicted.
+    """)
+    return
+
+
+@app.cell
+def _():
+    _hf = not SMOKE
+    plan = mo.md("""
+    {model} {preset} {slices} {strategies}
+
+    {seq_len} {batch} {recompute}
+    """).batch(
+        model=mo.ui.dropdown(wb.model_names(), value="hf:llama" if _hf else "mingpt",
+                             label="model"),
+        preset=mo.ui.text(value="llama-3-8b" if _hf else "gpt-mini", label="preset"),
+        slices=mo.ui.multiselect(list(wb.slice_table()["slice"]),
+                                 value=["v6e-8", "v6e-16"] if _hf else ["v6e-4"],
+                                 label="slices"),
+        strategies=mo.ui.multiselect(list(sharding.STRATEGIES),
+                                     value=["fsdp", "dp_tp"] if _hf else ["fsdp"],
+                                     label="strategies"),
+        seq_len=mo.ui.number(start=2, stop=131072, step=2, value=2048 if _hf else 16,
+                             label="sequence length"),
+        batch=mo.ui.number(start=1, stop=65536, value=32 if _hf else 8, label="global batch"),
+        recompute=mo.ui.checkbox(value=_hf, label="activation recomputation"),
+    ).form(submit_button_label="predict (compiles: about a minute per slice and strategy "
+                 "for Llama-3-8B, up to 20 GB of host memory)")
+    plan
+    return (plan,)
+
+
+@app.cell
+def _(plan):
+    mo.stop(plan.value is None, mo.md("_Choose a model and slices, then press **predict**. "
+                                      "Nothing is compiled before that._"))
+    _v = plan.value
+    plan_kwargs = dict(slices=_v["slices"], strategies=_v["strategies"],
+                       seq_len=int(_v["seq_len"]), batch_size=int(_v["batch"]),
+                       recompute=_v["recompute"])
+    try:
+        fit_plan = wb.fit_check(_v["model"], _v["preset"].strip(), **plan_kwargs)
+        with mo.status.spinner(title="compiling the step on each slice's mesh"):
+            predicted = wb.predict(_v["model"], _v["preset"].strip(), **plan_kwargs)
+        plan_error = None
+    except wb.WorkbenchError as _exc:
+        fit_plan, predicted, plan_error = None, None, _exc
+    (mo.callout(mo.md(f"**Nothing predicted.** {plan_error}"), kind="danger") if plan_error
+     else mo.hstack([wb.predicted_step_times(predicted), wb.charts.fit_bars(fit_plan)],
+                    wrap=True, justify="start"))
+    return plan_error, predicted
+
+
+@app.cell
+def _(plan_error, predicted):
+    mo.stop(plan_error is not None or predicted is None)
+    _show = pd.DataFrame({
+        "slice": predicted["slice"], "strategy": predicted["strategy"],
+        "fits": predicted["fits"],
+        "predicted compute only (ms)": predicted["predicted_roofline_ms"].round(1),
+        "predicted, perfect overlap (ms)": predicted["predicted_step_min_ms"].round(1),
+        "predicted, no overlap (ms)": predicted["predicted_step_max_ms"].round(1),
+        "predicted MFU": [f"{a:.0%} - {b:.0%}" if a == a else "-" for a, b in zip(
+            predicted["predicted_mfu_min"], predicted["predicted_mfu_max"], strict=True)],
+        "predicted bottleneck": predicted["bottleneck"].fillna("does not fit"),
+    })
+    mo.vstack([
+        nb.table(_show, label="predicted per slice and strategy (not measured)"),
+        mo.md("**Assumptions of every predicted number:**\n\n" + "\n".join(
+            f"- {_a}" for _a in predicted.attrs["assumptions"])),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
     ## Workshop exercise
 
     **Fit a 2.7B-parameter minGPT on one v6e host** (32 GB of HBM per chip) for training in

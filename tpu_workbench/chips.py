@@ -16,7 +16,10 @@ use mixed conventions: v5e 400 GB/s and v6e 800 GB/s count both directions of 4 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
+
+from .errors import SpecError
 
 SOURCE = ("Cloud TPU documentation, system architecture pages (v5e, v5p, v6e), checked 2026-11; "
           "ICI per link: jax-ml/scaling-book")
@@ -83,6 +86,80 @@ def get_chip(name: str) -> Chip:
         raise ValueError(f"unknown TPU chip {name!r}; known chips: {', '.join(CHIPS)}; "
                          f"known device kinds: {', '.join(DEVICE_KINDS)}")
     return CHIPS[key]
+
+
+SLICE_SOURCE = ("Cloud TPU documentation: v6e and v5e slice shapes (v6e-1 ... v6e-256; "
+                "multi-host slices have 4 chips per host), v5p slice topologies (v5p-N names N "
+                "TensorCores: 2 per chip), checked 2026-11")
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One slice of a chip generation: how many chips, on how many hosts, in which physical
+    topology (chips along each torus axis)."""
+
+    name: str
+    chip: str
+    topology: tuple[int, ...]
+    hosts: int
+
+    @property
+    def chips(self) -> int:
+        return math.prod(self.topology)
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.chips // self.hosts
+
+    @property
+    def mesh_2d(self) -> tuple[int, int]:
+        """The (data, model) mesh tp and dp_tp use: the model axis along the last physical
+        axis, the data axis over the others (v6e-16: (4, 4); v5p-32 2x2x4: (4, 4))."""
+        return (self.chips // self.topology[-1], self.topology[-1])
+
+    def as_dict(self) -> dict:
+        return {"slice": self.name, "chip": self.chip, "chips": self.chips,
+                "hosts": self.hosts, "chips_per_host": self.chips_per_host,
+                "topology": "x".join(map(str, self.topology)), "source": SLICE_SOURCE}
+
+
+def _slices() -> dict[str, Slice]:
+    out = {}
+    for chip in ("v6e", "v5e"):  # same 2D shapes; single-host up to 8 chips, then 4 per host
+        for shape in ((1, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16)):
+            n = math.prod(shape)
+            out[f"{chip}-{n}"] = Slice(f"{chip}-{n}", chip, shape, 1 if n <= 8 else n // 4)
+    for cores, shape in ((8, (2, 2, 1)), (16, (2, 2, 2)), (32, (2, 2, 4)), (64, (2, 4, 4)),
+                         (128, (4, 4, 4))):  # v5p: 4 chips per host
+        out[f"v5p-{cores}"] = Slice(f"v5p-{cores}", "v5p", shape, math.prod(shape) // 4)
+    return out
+
+
+SLICES: dict[str, Slice] = _slices()
+SLICE_ALIASES = {f"v5litepod-{s.chips}": n for n, s in SLICES.items() if s.chip == "v5e"}
+
+
+def get_slice(name: str, chip: str | None = None) -> Slice:
+    """Look up a slice by name (``"v6e-16"``; ``"v5litepod-16"`` is ``"v5e-16"``). With
+    `chip`, the slice must be of that chip."""
+    key = SLICE_ALIASES.get(str(name).strip().lower(), str(name).strip().lower())
+    if key not in SLICES:
+        prefix = f"{get_chip(chip).name}-" if chip else ""
+        known = [n for n in SLICES if n.startswith(prefix)]
+        raise SpecError(f"unknown TPU slice {name!r}; known slices: {', '.join(known)}")
+    found = SLICES[key]
+    if chip is not None and found.chip != get_chip(chip).name:
+        raise SpecError(f"slice {name!r} is a {found.chip} slice, not {get_chip(chip).name}; "
+                         f"{get_chip(chip).name} slices: "
+                         + ", ".join(n for n, s in SLICES.items() if s.chip == get_chip(chip).name))
+    return found
+
+
+def slice_table():
+    """The slice table as a pandas DataFrame (one row per slice, with the source)."""
+    import pandas as pd
+
+    return pd.DataFrame([s.as_dict() for s in SLICES.values()])
 
 
 def chip_table():

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..chips import SLICES as CHIP_SLICES
 from ..errors import SpecError
 
 if TYPE_CHECKING:
@@ -163,9 +164,10 @@ def xla_memory_parts(result_or_hlo_dir: Any) -> dict[str, float] | None:
             "total_bytes": float(parsed["total_bytes"])}
 
 
-# Slices of v6e chips a plan is checked on: name -> (data, model) mesh. dp and fsdp use all the
+# The slices a plan is checked on by default: name -> (data, model) mesh, from the one slice
+# table (tpu_workbench.chips.SLICES, which fit_table also accepts). dp and fsdp use all the
 # slice's chips as one data axis.
-SLICES = {"v6e-8": (2, 4), "v6e-16": (4, 4), "v6e-32": (4, 8)}
+SLICES = {name: CHIP_SLICES[name].mesh_2d for name in ("v6e-8", "v6e-16", "v6e-32")}
 
 
 def activation_bytes(batch_size: int, seq_len: int, hidden: int, layers: int, heads: int,
@@ -196,9 +198,9 @@ def fit_table(n_params: int, batch_size: int, seq_len: int, hidden: int, layers:
 
     rows = []
     for name in slices:
-        if name not in SLICES:
-            raise SpecError(f"unknown slice {name!r}; valid: {', '.join(SLICES)}")
-        data, model = SLICES[name]
+        if name not in CHIP_SLICES:
+            raise SpecError(f"unknown slice {name!r}; valid: {', '.join(CHIP_SLICES)}")
+        data, model = CHIP_SLICES[name].mesh_2d
         devices = data * model
         for strategy in strategies:
             strategy = strategy_name(strategy)
@@ -216,7 +218,8 @@ def fit_table(n_params: int, batch_size: int, seq_len: int, hidden: int, layers:
                 continue
             act = activation_bytes(batch_size // batch_ways, seq_len, hidden, layers, heads, t,
                                    recompute=recompute)
-            f = fits(n_params, strategy, mesh, activation_bytes=act, **fits_kwargs)
+            f = fits(n_params, strategy, mesh, activation_bytes=act,
+                     **{"chip": CHIP_SLICES[name].chip, **fits_kwargs})
             rows.append({**row, "fits": f["fits"],
                          **{k.replace("_bytes", "_gb"): f[k] / 1e9 for k in (
                              "per_device_bytes", "params_bytes", "grads_bytes",

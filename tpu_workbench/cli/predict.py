@@ -1,0 +1,65 @@
+"""``tpu-workbench predict``: predicted step time, MFU range and bottleneck of a model per TPU
+slice and strategy, from its partitioned step compiled here (never run); predict.csv and a
+chart."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..errors import SpecError
+
+SHOWN = ["slice", "strategy", "mesh", "fits", "predicted_roofline_ms", "predicted_step_min_ms",
+         "predicted_step_max_ms", "predicted_mfu_min", "predicted_mfu_max", "bottleneck",
+         "predict_s"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="mingpt", help="model family (default: mingpt)")
+    parser.add_argument("--preset", default="gpt-mini", help="size preset (default: gpt-mini)")
+    parser.add_argument("--slice", default="v6e-8",
+                        help="TPU slice(s), comma-separated: v6e-8,v6e-16 (see chips.SLICES)")
+    parser.add_argument("--strategy", default="fsdp",
+                        help="strategies, comma-separated: dp, fsdp, tp, dp_tp")
+    parser.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (even)")
+    parser.add_argument("--batch", type=int, default=32, help="global batch (sequences)")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
+                        help="training dtype (default: bfloat16 for hf:*, else float32)")
+    parser.add_argument("--recompute", action="store_true",
+                        help="activation recomputation (fit check and 4/3 of the compute)")
+    parser.add_argument("--whole", action="store_true",
+                        help="compile the whole model, not one and two blocks")
+    parser.add_argument("--out", type=Path, default=Path("predict"), help="output folder")
+
+
+def predict(args: argparse.Namespace) -> int:
+    from ..charts._common import save_chart
+    from ..charts.predict import predicted_step_times
+    from ..planning import predict as run_predict
+
+    slices = [s for s in args.slice.split(",") if s.strip()]
+    strategies = [s for s in args.strategy.split(",") if s.strip()]
+    if not slices or not strategies:
+        raise SpecError("--slice and --strategy need at least one name each")
+    started = time.perf_counter()
+    frame = run_predict(args.model, args.preset, slices=slices, strategies=strategies,
+                        seq_len=args.seq_len, batch_size=args.batch, dtype=args.dtype,
+                        recompute=args.recompute, whole=args.whole or None,
+                        on_progress=lambda m: print(m, file=sys.stderr, flush=True))
+    args.out.mkdir(parents=True, exist_ok=True)
+    tmp = args.out / "predict.csv.tmp"
+    frame.to_csv(tmp, index=False)
+    tmp.replace(args.out / "predict.csv")  # whole or not at all
+    written = [args.out / "predict.csv"]
+    if frame["predicted_step_max_ms"].notna().any():
+        written += save_chart(predicted_step_times(frame), args.out, "predict")
+    print(f"PREDICTED (not measured) for {args.model} {args.preset}, global batch "
+          f"{args.batch}, seq {args.seq_len}:")
+    print(frame[SHOWN].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    for _, row in frame[~frame["fits"]].iterrows():
+        print(f"  {row['slice']} {row['strategy']}: not predicted, does not fit: {row['reason']}")
+    print("Assumptions:\n" + "\n".join(f"  - {a}" for a in frame.attrs["assumptions"]))
+    print(f"{time.perf_counter() - started:.0f} s; wrote " + ", ".join(map(str, written)))
+    return 0
