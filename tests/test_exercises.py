@@ -133,3 +133,22 @@ def test_your_model_exercise_reads_the_fit_table_and_starts_nothing(worker_log):
     assert module.judge_smallest_slice("none", full)[0] == "success"
     assert module.judge_smallest_slice("v6e-32", full)[0] == "warn"
     assert worker_log() == 0
+
+
+def test_generation_exercise_judges_the_measured_count_and_starts_nothing(worker_log):
+    import pandas as pd
+
+    module = _load("generation")
+    assert _inputs(module, "judge_bucket_compiles(compiles_answer") == {
+        "bucket_runs", "compiles_answer"}
+    assert "mo.stop(compiles_answer.value is None" in _code(
+        module.app, "judge_bucket_compiles(compiles_answer")
+    # 5, 9, 17 in buckets 8/16/32: three prefill programs and one decode program, by hand
+    measured = pd.DataFrame({"compiles_total": [4]})
+    kind, text = module.judge_bucket_compiles("4", measured)
+    assert kind == "success" and "**Right**: 4" in text
+    kind, text = module.judge_bucket_compiles(" 3 ", measured)
+    assert kind == "warn" and "You said 3" in text
+    assert "not a whole number" in module.judge_bucket_compiles("four", measured)[1]
+    assert "no result" in module.judge_bucket_compiles("4", measured.iloc[:0])[1]
+    assert worker_log() == 0

@@ -231,7 +231,8 @@ class Run:
 def _new_run_id(spec: ExperimentSpec, task: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     model = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.model)[-60:]  # "hf:llama", "dir/f.py:make"
-    what = f"{model}-{spec.mode}" if task == "train" else task
+    what = {"train": f"{model}-{spec.mode}", "probe": "probe"}.get(
+        task, f"{model}-{spec.mode}-{task}")  # "hf_llama-lazy-generate"
     return f"{stamp}-{what}-{uuid.uuid4().hex[:6]}"
 
 

@@ -90,13 +90,14 @@ def reusable(spec: ExperimentSpec, task: str = "train", out_dir: Path | None = N
     run measured in a fresh worker counts (a warm worker's first step may compile nothing)."""
     fp = fingerprint(runtime_config(spec), spec)
     folder = find_folder(spec, task, fp, out_dir or results_dir(), cold=cold)
-    return None if folder is None else load_result(folder)
+    return None if folder is None else load_result(folder, type(spec))
 
 
-def load_result(folder: Path) -> RunResult:
-    """A completed run, read back from its results folder (``reused=True``)."""
+def load_result(folder: Path, spec_type: type[ExperimentSpec] = ExperimentSpec) -> RunResult:
+    """A completed run, read back from its results folder (``reused=True``); `spec_type`: the
+    spec's class (a :class:`~tpu_workbench.generation_spec.GenerationSpec` for a generate run)."""
     environment = json.loads((folder / ENVIRONMENT_FILE).read_text())
-    spec = ExperimentSpec.from_dict(json.loads((folder / "spec.json").read_text()))
+    spec = spec_type.from_dict(json.loads((folder / "spec.json").read_text()))
     with (folder / "records.jsonl").open() as fh:
         records = [json.loads(line) for line in fh if line.strip()]
     return RunResult(spec, folder.name, environment.get("runtime") or {}, records,
@@ -176,7 +177,7 @@ def _device(config: RuntimeConfig) -> dict[str, Any]:
 
 
 # The workbench's source that decides what a run measures (not the charts or notebook helpers).
-MEASURING_SOURCE = ("worker", "models", "spec.py")
+MEASURING_SOURCE = ("worker", "models", "spec.py", "generation_spec.py", "generation.py")
 
 
 @functools.cache

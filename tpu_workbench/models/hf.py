@@ -193,6 +193,11 @@ class HFFamily(ModelFamily):
         hf_cfg = self.hf_config(cfg)
         return {f: getattr(hf_cfg, f) for f in self.head_fields}
 
+    def positions(self, cfg: HFConfig) -> int:
+        """The longest sequence the positions cover (``max_position_embeddings``, GPT-2's
+        ``n_positions``)."""
+        return int(getattr(self.hf_config(cfg), self.positions_field))
+
     # ---- accounting -----------------------------------------------------------------------
     def items_per_batch(self, cfg: HFConfig, batch_size: int) -> int:
         return batch_size * (2 * cfg.length - 1)

@@ -43,6 +43,42 @@ class GPTConfig:
 ATTENTION_IMPLS = ("xla", "pallas")
 
 
+class KVCache:
+    """One layer's keys and values of the tokens seen so far, (B, n_head, length, head_dim).
+
+    ``static``: preallocated at `length` and written in place at the tokens' positions, so every
+    decode step has the same shapes (one XLA program); keys past the newest position hold
+    stale values, which the attention mask hides. Not static: the tensors grow by one position
+    per token, a new shape (and on XLA a new program) every step, like HF's DynamicCache."""
+
+    def __init__(self, static: bool, shape: tuple[int, ...] = (),
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+        self.static = static
+        self.k = torch.zeros(shape, dtype=dtype, device=device) if static else None
+        self.v = torch.zeros(shape, dtype=dtype, device=device) if static else None
+
+    def update(self, k: torch.Tensor, v: torch.Tensor,
+               pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store `k`, `v` (B, H, T, D) at positions `pos` (T,); return every cached key, value."""
+        if self.static:
+            self.k.index_copy_(2, pos, k)  # pos is a tensor: the program does not depend on it
+            self.v.index_copy_(2, pos, v)
+        else:
+            self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+            self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
+
+
+def kv_cache(cfg: GPTConfig, batch_size: int, length: int | None = None,
+             device: torch.device | str = "cpu") -> list[KVCache]:
+    """A cache per layer: static of `length` positions, or growing when `length` is None."""
+    shape = (batch_size, cfg.n_head, length or 0, cfg.n_embd // cfg.n_head)
+    return [KVCache(length is not None, shape, device=device) for _ in range(cfg.n_layer)]
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -54,11 +90,18 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("mask", mask.view(1, 1, cfg.block_size, cfg.block_size),
                              persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv: KVCache | None = None,
+                pos: torch.Tensor | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         # (B, T, C) -> (B, n_head, T, head_dim)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if kv is not None:  # generation: attend to every cached key up to each query's position
+            k, v = kv.update(k, v, pos)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            allowed = torch.arange(k.size(2), device=x.device)[None, :] <= pos[:, None]
+            y = F.softmax(att.masked_fill(~allowed, float("-inf")), dim=-1) @ v
+            return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
         if self.attention == "pallas":  # online softmax over key blocks, in one Pallas kernel
             from kernels.torch_bridge import flash_attention
 
@@ -92,8 +135,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, kv: KVCache | None = None,
+                pos: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), kv, pos)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -124,12 +168,18 @@ class GPT(nn.Module):
         self.lm_head.weight = self.transformer.wte.weight
         return self
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, vocab_size) of the next token at each position of `idx` (B, T)."""
-        pos = torch.arange(idx.size(1), device=idx.device)
+    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None,
+                pos: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, vocab_size) of the next token at each position of `idx` (B, T).
+
+        Generation passes a `cache` (one :class:`KVCache` per layer, see :func:`kv_cache`) and
+        `pos`, the positions (T,) of `idx`'s tokens in the sequence: each layer then appends
+        its keys and values to the cache and attends to everything cached so far."""
+        if pos is None:
+            pos = torch.arange(idx.size(1), device=idx.device)
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)
-        for block in self.transformer.h:
-            x = block(x)
+        for i, block in enumerate(self.transformer.h):
+            x = block(x) if cache is None else block(x, cache[i], pos)
         return self.lm_head(self.transformer.ln_f(x))
 
 
@@ -162,6 +212,12 @@ class MinGPTFamily(ModelFamily):
 
     def model_axis_widths(self, cfg: GPTConfig) -> dict[str, int]:
         return {"n_head": cfg.n_head, "n_embd": cfg.n_embd}  # heads and widths split evenly
+
+    positions_field = "block_size"  # the option that sets how many positions generation has
+
+    def positions(self, cfg: GPTConfig) -> int:
+        """The longest sequence the position embedding covers."""
+        return cfg.block_size
 
     def check_config(self, cfg: GPTConfig) -> None:
         for key in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "length",

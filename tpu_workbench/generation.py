@@ -1,0 +1,165 @@
+"""Generation, analysed: decode strategies, buckets, per-run summaries and why a token compiled.
+
+Pure: plain values and DataFrames in (the ``token`` and ``compile`` records a ``generate`` run
+streams, see :mod:`tpu_workbench.records`), values and DataFrames out. The worker's decode loops
+are in :mod:`tpu_workbench.worker.generate`; what to run is a
+:class:`~tpu_workbench.generation_spec.GenerationSpec`.
+
+Why strategies matter on XLA: a program is compiled for fixed shapes. A decode loop whose
+input grows by a token per step (``naive``) or whose cache grows (``dynamic_cache``) is a new
+shape, so a new compilation, every token. A cache preallocated at a fixed length and written at
+a position held in a tensor (``static_cache``) keeps every decode step one program; padding the
+prompts to a few lengths (``bucketed``) bounds the prefill programs too, whatever the prompt.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+STRATEGIES: dict[str, str] = {
+    "naive": "re-run the whole growing sequence for every new token (no cache)",
+    "dynamic_cache": "a KV cache that grows by one position per token (HF's DynamicCache)",
+    "static_cache": "a KV cache preallocated at a fixed length, written at a position index "
+                    "(HF's StaticCache)",
+    "bucketed": "prompts padded to the next bucket length, then the static cache",
+}
+STATIC_STRATEGIES = ("static_cache", "bucketed")  # a preallocated cache of fixed length
+DEFAULT_BUCKETS = (8, 16, 32)
+PHASES = ("prefill", "decode")
+
+# The ``token`` record's columns (one row per generated token), in this order.
+TOKEN_COLUMNS = ["strategy", "request", "prompt_len", "token", "phase", "seq_len", "cache_len",
+                 "wall_ms", "compiles", "cached", "compile_ms", "executions", "cache_bytes",
+                 "token_id", "top_logit"]
+# :func:`summarize`'s columns: one row per run.
+SUMMARY_COLUMNS = ["model", "preset", "mode", "strategy", "batch_size", "new_tokens",
+                   "requests", "ttft_ms", "steady_ms_per_token", "tokens_per_s",
+                   "compiles_total", "compiles_steady", "cache_hits", "compile_ms",
+                   "cache_bytes", "run_id"]
+
+
+def bucket_for(length: int, buckets: tuple[int, ...]) -> int:
+    """The smallest bucket that holds a prompt of `length` tokens (ValueError if none does)."""
+    fits = [b for b in sorted(buckets) if b >= length]
+    if not fits:
+        raise ValueError(f"a prompt of {length} tokens is longer than the largest bucket "
+                         f"{max(buckets)} (buckets {', '.join(map(str, sorted(buckets)))})")
+    return fits[0]
+
+
+def cache_length(strategy: str, prompts: tuple[int, ...], new_tokens: int,
+                 buckets: tuple[int, ...], cache_len: int | None = None) -> int | None:
+    """Positions a strategy's cache holds: None for ``naive`` (no cache) and ``dynamic_cache``
+    (it grows); for the static strategies `cache_len` if given, else the longest prompt (or the
+    largest bucket) plus the new tokens, so every request of the run fits one cache shape."""
+    if strategy not in STATIC_STRATEGIES:
+        return None
+    if cache_len is not None:
+        return cache_len
+    longest = max(buckets) if strategy == "bucketed" else max(prompts)
+    return longest + new_tokens
+
+
+def programs(strategy: str, prompts: tuple[int, ...], new_tokens: int,
+             buckets: tuple[int, ...]) -> int:
+    """How many distinct programs (shapes) the strategy's decode loop asks XLA for, counted by
+    hand from the shapes each step sees: the lower bound of its compilations on a fresh worker.
+
+    naive: one per sequence length fed in; dynamic_cache: one prefill per prompt length, one
+    decode per cache length; static_cache: one prefill per prompt length and one decode;
+    bucketed: one prefill per bucket used and one decode."""
+    if strategy == "naive":
+        return len({p + i for p in prompts for i in range(new_tokens)})
+    if strategy == "dynamic_cache":
+        return len(set(prompts)) + len({p + i for p in prompts for i in range(1, new_tokens)})
+    decode = 1 if new_tokens > 1 else 0
+    if strategy == "static_cache":
+        return len(set(prompts)) + decode
+    return len({bucket_for(p, buckets) for p in prompts}) + decode
+
+
+def explain(strategy: str, phase: str, shapes: dict[str, list[int]],
+            earlier: list[dict[str, list[int]]]) -> str:
+    """Why a token's step compiled, in words: which input's shape is new and which length, from
+    the `shapes` it fed the model and the `earlier` steps' shapes of the same run."""
+    seen = [e for e in earlier if e.get("phase") == phase]
+    same = [e for e in seen if e.get("shapes") == shapes]
+    text = ", ".join(f"{name} {tuple(shape)}" for name, shape in shapes.items())
+    if same:
+        return (f"{phase} with shapes seen before ({text}): the program differs in something "
+                "other than shape (a first use of a cache written in place, a new live tensor)")
+    if not seen:
+        return f"first {phase} program of this run ({text})"
+    last = seen[-1]["shapes"]
+    changed = [f"{name} {tuple(last[name])} -> {tuple(s)}" for name, s in shapes.items()
+               if last.get(name) != s]
+    why = {"naive": "the whole sequence is fed again, one token longer",
+           "dynamic_cache": "the cache grew by one position",
+           "static_cache": "a prompt of a new length",
+           "bucketed": "a prompt in a new bucket"}[strategy]
+    return f"new {phase} shape: {'; '.join(changed) or text} ({why})"
+
+
+def token_frame(records: list[dict[str, Any]]):
+    """The ``token`` records as a DataFrame with :data:`TOKEN_COLUMNS` (plus any labels)."""
+    import pandas as pd
+
+    rows = [r for r in records if r.get("kind") == "token"]
+    frame = pd.DataFrame(rows, columns=None if rows else TOKEN_COLUMNS)
+    return frame.drop(columns=["kind"], errors="ignore")
+
+
+def steady_tokens(frame):
+    """The rows of a run's steady decode: decode tokens after each request's first decode step
+    (which pays the decode compilation of a cache strategy); all decode tokens if that is
+    none."""
+    decode = frame[frame["phase"] == "decode"]
+    later = decode[decode["token"] >= 2]
+    return later if len(later) else decode
+
+
+def summarize_run(frame, batch_size: int) -> dict[str, Any]:
+    """One run's figures from its token rows: time to first token (the first request's
+    prefill, compile included), steady ms per token (median), tokens/s over the batch,
+    compilations in all and in the steady decode, cache hits, compile ms, the cache's bytes."""
+    if not len(frame):
+        return {}
+    steady = steady_tokens(frame)
+    first = frame[(frame["request"] == frame["request"].min()) & (frame["token"] == 0)]
+    ms = float(steady["wall_ms"].median()) if len(steady) else math.nan
+    return {
+        "batch_size": batch_size, "new_tokens": int(frame["token"].max()) + 1,
+        "requests": int(frame["request"].nunique()),
+        "ttft_ms": float(first["wall_ms"].iloc[0]) if len(first) else math.nan,
+        "steady_ms_per_token": ms,
+        "tokens_per_s": batch_size * 1e3 / ms if ms and ms == ms else math.nan,
+        "compiles_total": int(frame["compiles"].sum()),
+        "compiles_steady": int(steady["compiles"].sum()),
+        "cache_hits": int(frame["cached"].sum()), "compile_ms": float(frame["compile_ms"].sum()),
+        "cache_bytes": int(frame["cache_bytes"].max()),
+    }
+
+
+def compiles_by_phase(tokens):
+    """Compilations per run and phase (prefill / decode): where the compiles go."""
+    keys = ["model", "mode", "strategy", "phase"]
+    keys = [k for k in keys if k in tokens.columns]
+    return tokens.groupby(keys, as_index=False)[["compiles", "compile_ms"]].sum()
+
+
+def text_of(token_ids: list[int]) -> str:
+    """Generated token ids as text (the tiny models' vocab is digits): ``"0 1 1 2"``."""
+    return " ".join(str(t) for t in token_ids)
+
+
+def entry_computation(hlo_text: str) -> str:
+    """The ENTRY computation of an HLO module's text (the program XLA runs; the small
+    computations before it are reducers and combiners it calls), or the whole text if none."""
+    lines = hlo_text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("ENTRY")), None)
+    if start is None:
+        return hlo_text
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("}")),
+               len(lines) - 1)
+    return "\n".join(lines[start:end + 1])
