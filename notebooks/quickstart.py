@@ -141,6 +141,14 @@ def _(model, modes, run_training, steps):
 
 @app.cell
 def _(comparison):
+    # Beside the step times: the chip's duty cycle, TensorCore use and HBM that the worker
+    # sampled (libtpu's monitoring SDK), or why there are none (no chip: nothing is made up).
+    nb.chip_metrics_view(comparison)
+    return
+
+
+@app.cell
+def _(comparison):
     summary = wb.summarize(comparison.steps)
     _cols = ["mode", "first_step_ms", "steady_median_ms", "compiles_total", "compiles_steady",
              "final_loss"]

@@ -18,6 +18,7 @@ import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .paths import cache_dir
 
@@ -94,6 +95,78 @@ def tpu_holders(proc_root: str = "/proc") -> list[int]:
     return sorted(holders)
 
 
+WORKER_MODULE = "tpu_workbench.worker"  # a workbench worker's command line: python -m this
+# pid -> the worker (``.alive``, ``.busy``, ``.stop()``) for each worker process this process
+# started: :mod:`tpu_workbench.workers` registers them here, downhill of the pools, so that the
+# status below can tell our own idle worker (which a run may end to take the chip) from others.
+_OWN_WORKERS: dict[int, Any] = {}
+
+
+def register_own_worker(pid: int, worker: Any) -> None:
+    """Record that this process started worker process `pid`."""
+    _OWN_WORKERS[pid] = worker
+
+
+def unregister_own_worker(pid: int) -> None:
+    _OWN_WORKERS.pop(pid, None)
+
+
+def own_worker(pid: int) -> Any:
+    """The worker object of `pid` if this process started it, else None."""
+    return _OWN_WORKERS.get(pid)
+
+
+@dataclass
+class TPUHolder:
+    """A process that holds a TPU device file open, and whose it is."""
+
+    pid: int
+    cmdline: str  # "" where /proc does not say (gone, or not ours to read)
+    workbench_worker: bool  # a tpu_workbench worker process (``python -m tpu_workbench.worker``)
+    own: bool  # started by this process's worker pool
+    idle: bool  # own and serving no run: ended (released) when a run needs the chip
+
+    def describe(self) -> str:
+        """Who it is and what to do about it, in words."""
+        cmd = self.cmdline if len(self.cmdline) <= 120 else self.cmdline[:117] + "..."
+        head = f"pid {self.pid} ({cmd or 'command line unreadable'})"
+        if self.own:
+            state = "idle: released when a run needs the chip" if self.idle else "busy with a run"
+            return f"{head}: this workbench's own worker, {state}"
+        if self.workbench_worker:
+            return (f"{head}: a tpu_workbench worker another process started (a stale notebook "
+                    f"kernel?): stop that kernel, or `kill {self.pid}` if it is yours")
+        return (f"{head}: not started by the workbench, left alone: stop it yourself "
+                f"(`kill {self.pid}`) if it is yours to stop")
+
+
+def _cmdline(proc_root: str, pid: int) -> str:
+    try:
+        raw = (Path(proc_root) / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return ""
+    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+
+
+def tpu_holder_details(proc_root: str = "/proc") -> list[TPUHolder]:
+    """Each process (other than ours) that holds a TPU device file: pid, command line, whether
+    it is a workbench worker and whether this process started it (and it is idle)."""
+    out = []
+    for pid in tpu_holders(proc_root):
+        cmd = _cmdline(proc_root, pid)
+        worker = _OWN_WORKERS.get(pid)
+        out.append(TPUHolder(pid, cmd, f"-m {WORKER_MODULE}" in cmd or worker is not None,
+                             worker is not None,
+                             worker is not None and worker.alive and not worker.busy))
+    return out
+
+
+def holders_message(holders: list[TPUHolder]) -> str:
+    """Why the chip is busy, naming each holder (a TPU admits one process at a time)."""
+    return ("TPU chip(s) busy (a TPU admits one process at a time): held by "
+            + "; ".join(h.describe() for h in holders))
+
+
 @dataclass
 class TPUStatus:
     """Whether a TPU can be used here, and if not, why and what runs instead."""
@@ -121,12 +194,15 @@ def tpu_status() -> TPUStatus:
             False, len(chips),
             f"{len(chips)} TPU chip(s) found but no TPU runtime: install libtpu "
             "(pip install -e '.[tpu]') or torch_tpu", fallback)
-    holders = tpu_holders()
+    holders = tpu_holder_details()
+    blocking = [h for h in holders if not h.idle]  # our own idle worker is ours to release
+    if blocking:
+        return TPUStatus(False, len(chips), holders_message(blocking), fallback,
+                         [h.pid for h in blocking])
     if holders:
-        return TPUStatus(
-            False, len(chips),
-            f"TPU chip(s) busy: held by process(es) {holders} (a TPU is locked to one process; "
-            "stop the other notebook or kernel)", fallback, holders)
+        return TPUStatus(True, len(chips), f"{len(chips)} TPU chip(s) found, held by this "
+                         f"workbench's idle worker(s) {[h.pid for h in holders]}, which a run "
+                         "that needs the chip ends first", "")
     return TPUStatus(True, len(chips), f"{len(chips)} TPU chip(s) found and free", "")
 
 

@@ -158,6 +158,32 @@ def mesh_layout(model: str, mesh_shape: tuple[int, ...], strategy: str,
     return layout, shape, how
 
 
+def chip_metrics_view(comparison=None):
+    """The chip metrics the runs of `comparison` sampled (libtpu's monitoring SDK: duty cycle,
+    TensorCore utilisation, HBM in use) as a chart; where there are none, a "needs a TPU"
+    callout with the reason, never a made-up number. Instant without a chip: it starts no
+    worker and imports no torch."""
+    import marimo as mo
+
+    from .records import label
+    from .worker.monitoring import unavailable_reason
+
+    results = list(getattr(comparison, "results", None) or [])
+    rows = [{**r, "mode": label(res.spec)} for res in results for r in res.records
+            if r.get("kind") == "tpu_metrics"]
+    if rows:
+        import pandas as pd
+
+        from .charts.chips import chip_metrics
+
+        return chip_metrics(pd.DataFrame(rows))
+    said = [(res.summary.get("chip_metrics") or {}).get("reason") for res in results]
+    reason = next((r for r in said if r), None) or unavailable_reason() or (
+        "the runs shown were measured before the workbench sampled chip metrics")
+    return mo.callout(mo.md(f"**Live chip metrics** (duty cycle, TensorCore utilisation, HBM "
+                            f"in use): needs a TPU: {html.escape(reason)}."), kind="neutral")
+
+
 def failed_run_callout(name: str, error: object):
     """A danger callout for a run (or a check) that failed: `name`, then the error. Its text
     begins with :data:`RUN_FAILED`, which :func:`tpu_workbench.docs.exported_problems` reports

@@ -215,10 +215,10 @@ def status() -> TorchTPUStatus:
         return TorchTPUStatus(True, where, ver, supported, 0, False,
                               "no TPU chip found on the PCI bus (vendor 0x1ae0), so torch_tpu "
                               "registers no 'tpu' device", fall)
-    holders = backends.tpu_holders()
+    holders = [h for h in backends.tpu_holder_details() if not h.idle]  # own idle: released
     if holders:
         return TorchTPUStatus(True, where, ver, supported, chips, False,
-                              f"TPU chip(s) busy: held by process(es) {holders}", fall)
+                              backends.holders_message(holders), fall)
     if not supported:
         return TorchTPUStatus(True, where, ver, False, chips, False,
                               f"torch_tpu {ver} is installed but this adapter supports "

@@ -22,7 +22,8 @@ import threading
 import time
 from typing import Any
 
-from .errors import WorkerCrashed
+from . import backends
+from .errors import WorkerCrashed, WorkerError
 from .spec import RuntimeConfig
 from .torchtpu import worker_python
 
@@ -32,6 +33,14 @@ STDERR_LINES = 200
 _XLA_LOG = re.compile(r"^\S+ \S+: ([IWEF]) \S+\] (.*)$")
 # When set, every worker process started appends a line here (tests count worker starts).
 WORKER_LOG_ENV = "TPU_WORKBENCH_WORKER_LOG"
+
+
+class ChipBusy(WorkerError):
+    """A run needs the TPU and a process this pool may not end holds it (``holders``)."""
+
+    def __init__(self, message: str, holders: list[Any] | None = None):
+        super().__init__(message)
+        self.holders = holders or []
 
 
 class Worker:
@@ -81,6 +90,8 @@ class Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=env, text=True, bufsize=1, start_new_session=True,
         )
+        # So the chip-lock check can tell this worker (ours to release when idle) from others.
+        backends.register_own_worker(self.proc.pid, self)
         if os.environ.get(WORKER_LOG_ENV):
             with open(os.environ[WORKER_LOG_ENV], "a") as log:
                 log.write(f"{time.strftime('%H:%M:%S')} pid={self.proc.pid} {config.label()}\n")
@@ -105,6 +116,7 @@ class Worker:
             elif self._current is not None:
                 self._current._handle(message)
         self.proc.wait()
+        backends.unregister_own_worker(self.proc.pid)
         if self.debug_file:
             with contextlib.suppress(OSError):
                 os.unlink(self.debug_file)
@@ -223,6 +235,11 @@ class WorkerPool:
             worker = self._workers.get(config)
             if worker is None or not worker.alive:
                 self._evict_idle()
+                if config.device == "tpu":
+                    try:
+                        self.release_chip()
+                    except ChipBusy:  # not now: worker() frees it, or says who holds it
+                        return
                 self._workers[config] = Worker(config)
 
     def idle(self) -> bool:
@@ -239,6 +256,8 @@ class WorkerPool:
                 worker.stop()
             if worker is None or not worker.alive:
                 self._evict_idle()
+                if config.device == "tpu":  # a TPU admits one process: free it or say who has it
+                    self.release_chip()
                 worker = Worker(config)
                 self._workers[config] = worker
             self._workers.move_to_end(config)
@@ -254,6 +273,24 @@ class WorkerPool:
             if not idle:
                 break
             self._workers.pop(idle[0]).stop()
+
+    def release_chip(self, proc_root: str = "/proc") -> list[int]:
+        """Make the TPU free for a new worker: end this process's idle workers that hold it (their
+        warm caches are lost: a TPU admits one process) and return their pids. Raise
+        :class:`ChipBusy` naming every other holder, which is never ended here: a busy worker
+        of ours, another kernel's worker, or a process the workbench did not start."""
+        holders = backends.tpu_holder_details(proc_root)
+        released = []
+        for holder in holders:
+            if holder.idle:  # ours (this pool's or another of this process's pools) and idle
+                backends.own_worker(holder.pid).stop()
+                released.append(holder.pid)
+        self._workers = collections.OrderedDict(
+            (c, w) for c, w in self._workers.items() if w.alive)
+        others = [h for h in holders if h.pid not in released]
+        if others:
+            raise ChipBusy(backends.holders_message(others), holders=others)
+        return released
 
     def workers(self) -> dict[RuntimeConfig, Worker]:
         return dict(self._workers)

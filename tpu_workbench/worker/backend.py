@@ -165,7 +165,14 @@ class Backend:
         return []
 
     def wait(self, loss: torch.Tensor | None = None) -> None:
-        """Block until the device has finished everything queued (the step that made `loss`)."""
+        """Block until the device has finished everything queued (the step that made `loss`).
+        The step's clock stops when this returns, so it must not return early: where a
+        runtime's own wait is in doubt, end with a device-to-host read of `loss`."""
+
+    def wait_marks(self, t0: float) -> dict[str, float]:
+        """Times inside the last :meth:`wait`, in ms since `t0` (``time.perf_counter()``), for
+        the step record: TorchTPU's ``sync_ms``. Empty where the wait is one call."""
+        return {}
 
     def start_counting(self) -> None:
         """Start counting compilations from here: moving data is not part of a step."""

@@ -6,6 +6,7 @@ check, which interpreter runs the worker) is :mod:`tpu_workbench.torchtpu`."""
 from __future__ import annotations
 
 import importlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,12 +182,30 @@ class TorchTPUBackend(Backend):
         compiled = torch.compile(model, backend=DEVICE_TYPE, dynamic=False, options=options)
         return make_step(family, compiled, opt, hooks)
 
+    synced_at = float("nan")  # perf_counter() when synchronize() returned, in the last wait
+
     def wait(self, loss: torch.Tensor | None = None) -> None:
         # torch.accelerator.synchronize() has been seen not to wait for torch.compile(backend=
-        # "tpu") work (pytorch/helion#3155): a device-to-host read of the step's loss does.
+        # "tpu") work (pytorch/helion#3155): a device-to-host read of the step's loss does. Both
+        # are timed (wait_marks), so a run shows whether synchronize() alone would have lied.
         torch.accelerator.synchronize()
+        self.synced_at = time.perf_counter()
         if loss is not None:
             loss.detach().to("cpu")
+
+    def wait_marks(self, t0: float) -> dict[str, float]:
+        # sync_ms: the step timed by synchronize() alone; wall_ms adds the loss's read
+        return {"sync_ms": (self.synced_at - t0) * 1e3}
+
+    def memory_info(self) -> dict[str, Any]:
+        out = super().memory_info()
+        try:  # TorchTPU's HBM figures: a text summary (0.2.0) and the device's capacity
+            out["hbm_summary"] = str(torch.tpu._hbm_usage_summary())
+            out["hbm_bytes"] = getattr(torch.tpu.get_device_properties(), "total_memory", None)
+            out["device_memory_source"] = "torch.tpu._hbm_usage_summary()"
+        except Exception as exc:  # no chip (a dry run), or the API moved: say so, keep the run
+            out["device_memory_source"] = f"not available ({type(exc).__name__}: {exc})"[:160]
+        return out
 
     def profiler(self, folder: Path) -> TorchTPUProfiler:
         return TorchTPUProfiler(folder)

@@ -4,7 +4,9 @@ One ``kind="step"`` record is streamed per training step, after waiting for the 
 columns are documented in :mod:`tpu_workbench.records`); for every XLA compilation a
 ``kind="compile"`` record follows its step's record (see :mod:`tpu_workbench.recompiles`), then
 one ``kind="fallback"`` record per op that ran outside XLA and one ``kind="graph_break"`` record
-per graph break Dynamo made (both read after the step's clock stopped).
+per graph break Dynamo made (both read after the step's clock stopped). On a TPU with libtpu's
+monitoring SDK a ``kind="tpu_metrics"`` record follows a step at most every 0.5 s
+(:mod:`tpu_workbench.worker.monitoring`).
 What differs between runtimes is the :class:`~tpu_workbench.worker.backend.Backend` object.
 """
 
@@ -20,6 +22,7 @@ import torch
 from .. import models
 from ..spec import CHANGES, ExperimentSpec
 from .backend import Backend, Batch, ChangeHooks
+from .monitoring import ChipMonitor
 
 N_BATCHES = 8  # distinct generated batches, cycled through (all moved to the device up front)
 _RUNS_SERVED = 0  # train runs this worker process has started (0 for the first: a cold worker)
@@ -75,7 +78,8 @@ def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, An
               "device": str(backend.device), "build_s": build_s})
     hlo_capture = backend.hlo_capture() if "hlo" in spec.capture else None
     profiler = backend.profiler(ctx.out_dir / "profile") if "profile" in spec.capture else None
-    losses = _steps(ctx, spec, backend, step_fn, hooks, batches, changed, profiler)
+    monitor = ChipMonitor()  # libtpu's live chip metrics; unavailable (and why) without a chip
+    losses = _steps(ctx, spec, backend, step_fn, hooks, batches, changed, profiler, monitor)
     if hlo_capture:  # before evaluation, which compiles a graph of its own
         hlo_capture.collect(ctx.out_dir / "hlo")
     if "checkpoint" in spec.capture:  # trained weights, on the CPU, for sampling or inspection
@@ -94,13 +98,16 @@ def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, An
         "metric_name": family.metric_name, "metric": metric,
         "final_loss": losses[-1] if losses else math.nan, "device": str(backend.device),
         "memory": backend.memory_info(), "cache": backend.cache_info(runs_before),
-        "build_s": build_s,
+        "build_s": build_s, "chip_metrics": monitor.summary(),
     }
 
 
 def _steps(ctx: Any, spec: ExperimentSpec, backend: Backend, step_fn: Any, hooks: ChangeHooks,
-           batches: list[Batch], changed: list[Batch], profiler: Any) -> list[float]:
-    """The timed steps: the clock stops only after the device finished the step."""
+           batches: list[Batch], changed: list[Batch], profiler: Any,
+           monitor: ChipMonitor | None = None) -> list[float]:
+    """The timed steps: the clock stops only after the device finished the step (the backend's
+    ``wait``, which on TorchTPU ends with a device-to-host read of the loss); chip metrics are
+    sampled after the clock stopped."""
     losses = []
     if profiler:
         profiler.start()
@@ -115,12 +122,16 @@ def _steps(ctx: Any, spec: ExperimentSpec, backend: Backend, step_fn: Any, hooks
                 loss = step_fn(batch)
                 backend.wait(loss)
                 wall_ms = (time.perf_counter() - t0) * 1e3
+            marks = backend.wait_marks(t0)  # TorchTPU: when synchronize() alone returned
             counts = backend.step_counts()
             loss_value = float(loss.detach().to("cpu"))
             losses.append(loss_value)
             outside, outside_records = backend.step_fallbacks(step)  # after reading the loss
             ctx.emit({"kind": "step", "step": step, "wall_ms": wall_ms, "loss": loss_value,
-                      **counts, **outside})
+                      **marks, **counts, **outside})
+            chip = monitor.sample(step, force=step == spec.steps - 1) if monitor else None
+            if chip:
+                ctx.emit(chip)
             trigger = CHANGES[spec.change] if spec.change and step == spec.change_at else ""
             for record in backend.compile_records(step, counts, trigger):
                 ctx.emit(record)

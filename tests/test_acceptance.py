@@ -1,0 +1,270 @@
+"""The TPU acceptance command in its CPU form (as CI runs it), its check list against the
+README (one list, not two), honest step timing and the chip-metrics sampler."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import ROOT
+
+from tpu_workbench import acceptance as acc
+from tpu_workbench import cli
+from tpu_workbench.errors import SpecError
+from tpu_workbench.workers import WORKER_LOG_ENV
+
+
+def readme_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(acc.README_SECTION)
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def test_readme_only_on_a_tpu_list_is_the_check_list():
+    bullets = [line for line in readme_section().splitlines() if line.startswith("- **")]
+    assert bullets == acc.readme_items()  # every item is a check, every check an item, in order
+    keys = [c.key for c in acc.CHECKS]
+    assert len(set(keys)) == len(keys)
+    # the two items other issues are building are in the list already
+    items = " ".join(c.item for c in acc.CHECKS)
+    assert "naive / dynamic_cache / static_cache / bucketed" in items
+    assert "calibration of `wb.predict`" in items
+
+
+@pytest.fixture(scope="module")
+def cpu_report(tmp_path_factory):
+    """``tpu-workbench acceptance --out DIR`` here, once; and the workers it started."""
+    tmp = tmp_path_factory.mktemp("acceptance")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TPU_WORKBENCH_RESULTS", str(tmp / "results"))
+    mp.setenv(WORKER_LOG_ENV, str(tmp / "workers.log"))
+    try:
+        code = cli.main(["acceptance", "--out", str(tmp / "out")])
+    finally:
+        mp.undo()
+    return code, tmp / "out", (tmp / "workers.log").read_text().splitlines()
+
+
+def test_cpu_form_lists_every_check_passes_what_runs_and_exits_0(cpu_report):
+    code, out, workers = cpu_report
+    assert code == 0
+    report = json.loads((out / "acceptance.json").read_text())
+    rows = {r["key"]: r for r in report["checks"]}
+    assert list(rows) == [c.key for c in acc.CHECKS]
+    for check in acc.CHECKS:
+        row = rows[check.key]
+        if check.needs == "cpu":
+            assert row["status"] == "pass", row
+        else:
+            assert row["status"] == "needs a TPU" and "no TPU chip" in row["detail"], row
+    assert rows["modes"]["figures"]["modes"] == [acc.CPU_MODE]
+    assert report["chip"]["pci_chips"] == 0 and report["versions"]["torch"]
+    markdown = (out / "acceptance.md").read_text()
+    for check in acc.CHECKS:
+        assert f"| {check.key} | " in markdown
+    assert "needs a TPU: no TPU chip" in markdown
+    # one worker per runtime configuration (plain PyTorch, XLA:CPU), none started twice
+    assert sorted(line.split(maxsplit=2)[2] for line in workers) == ["torch:cpu", "xla:cpu x8"]
+
+
+def test_a_bad_check_name_fails_before_anything_runs(tmp_path):
+    with pytest.raises(SpecError, match="unknown acceptance check.*'nope'.*valid: detection"):
+        acc.acceptance(tmp_path / "out", only="modes,nope")
+    with pytest.raises(SpecError, match="timeout must be a positive number of seconds, got 0"):
+        acc.acceptance(tmp_path / "out", timeout=0)
+    assert not (tmp_path / "out").exists()
+
+
+def test_on_a_chip_missing_runtimes_and_unwired_bodies_are_said_not_failed():
+    chip = SimpleNamespace(on_tpu=True, has_xla=False, tpu=SimpleNamespace(reason=""),
+                           torchtpu=SimpleNamespace(installed=True, reason=""))
+    by_key = {c.key: c for c in acc.CHECKS}
+    assert acc.blocked(by_key["profile"], chip).status == "needs torch_xla"
+    assert acc.blocked(by_key["ici"], chip).status == "not wired"
+    assert acc.blocked(by_key["generation"], chip) is None  # wired: runs on a chip
+    assert acc.blocked(by_key["mfu"], chip) is None  # runs here: its body is written
+
+
+def test_a_check_that_raises_is_a_fail_with_the_error():
+    def broken(ctx):
+        raise RuntimeError("the chip said no")
+
+    row = acc.run_check(acc.Check("x", "an item", "cpu", broken), SimpleNamespace())
+    assert row["status"] == "fail" and "RuntimeError: the chip said no" in row["detail"]
+
+
+# --------------------------------------------------------------------------------------------
+# Honest timing: a step's clock stops only after the device finished it
+# --------------------------------------------------------------------------------------------
+WORK_S = 0.3  # the deliberately slow part of each step
+
+
+class FakeContext:
+    def __init__(self):
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def check_cancel(self):
+        pass
+
+
+def _steps(backend, step_fn, steps=2, monitor=None):
+    from tpu_workbench.spec import ExperimentSpec
+    from tpu_workbench.worker.backend import ChangeHooks
+    from tpu_workbench.worker.train import _steps as run_steps
+
+    ctx = FakeContext()
+    spec = ExperimentSpec(model="mlp", mode="torch_eager", steps=steps)
+    run_steps(ctx, spec, backend, step_fn, ChangeHooks(None), [{}], [], None, monitor)
+    return ctx.records
+
+
+def test_a_steps_time_includes_a_slow_op():
+    """Plain PyTorch on the CPU: a custom op that sleeps inside the loss is in ``wall_ms``."""
+    from tpu_workbench.worker.pytorch import TorchBackend
+
+    @torch.library.custom_op("wb_test::slow_identity", mutates_args=())
+    def slow_identity(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(WORK_S)
+        return x.clone()
+
+    weight = torch.nn.Parameter(torch.ones(3))
+
+    def step(batch):
+        loss = (weight * slow_identity(torch.ones(3))).sum()
+        loss.backward()
+        return loss
+
+    records = _steps(TorchBackend(), step)
+    assert [r["kind"] for r in records] == ["step", "step"]
+    assert all(r["wall_ms"] >= WORK_S * 1e3 for r in records), records
+
+
+class LateLoss:
+    """A loss whose device work ends `WORK_S` after the step returned it (an asynchronous
+    device); reading it to the host waits for that work, as a device-to-host copy does."""
+
+    def __init__(self):
+        self.work = threading.Thread(target=time.sleep, args=(WORK_S,))
+        self.work.start()
+
+    def detach(self):
+        return self
+
+    def to(self, device):
+        self.work.join()
+        return torch.tensor(1.0)
+
+
+def test_torchtpu_steps_are_timed_by_the_losss_read_even_when_synchronize_returns_early(
+        monkeypatch):
+    """The pitfall of pytorch/helion#3155: synchronize() returns before compiled work ends.
+    TorchTPU's wait reads the loss back, so ``wall_ms`` still includes the work; ``sync_ms``
+    shows what synchronize() alone would have timed."""
+    from tpu_workbench.worker.torchtpu import TorchTPUBackend
+
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda *a: None)  # returns at once
+    records = _steps(TorchTPUBackend(), lambda batch: LateLoss())
+    assert all(r["wall_ms"] >= WORK_S * 1e3 for r in records), records
+    assert all(r["sync_ms"] <= r["wall_ms"] for r in records)
+
+
+# --------------------------------------------------------------------------------------------
+# Chip metrics: sampled between steps where the SDK is there, never made up where it is not
+# --------------------------------------------------------------------------------------------
+class FakeSDK:
+    """libtpu.sdk.tpumonitoring's shape: get_metric(name).data() -> a list of strings."""
+
+    DATA = {"duty_cycle_pct": ["0: 37.5", "1: 42.5"], "tensorcore_util": ["10.0", "20.0"],
+            "hbm_capacity_usage": ["1000", "3000"]}
+
+    def get_metric(self, name):
+        if name not in self.DATA:
+            raise ValueError(f"unsupported metric {name}")
+        return SimpleNamespace(data=lambda: self.DATA[name], description=name)
+
+
+def test_chip_metrics_are_sampled_after_each_step():
+    from tpu_workbench.worker.monitoring import ChipMonitor
+    from tpu_workbench.worker.pytorch import TorchBackend
+
+    monitor = ChipMonitor(sdk=FakeSDK(), every_s=0.0)
+    records = _steps(TorchBackend(), lambda b: torch.tensor(2.0), steps=2, monitor=monitor)
+    assert [r["kind"] for r in records] == ["step", "tpu_metrics"] * 2
+    sample = records[1]
+    assert sample["duty_cycle_pct"] == 40.0 and sample["duty_cycle_pct_per_chip"] == [37.5, 42.5]
+    assert sample["tensorcore_util_pct"] == 15.0 and sample["hbm_used_bytes"] == 2000.0
+    assert "hbm_total_bytes" not in sample and "hbm_capacity_total" in monitor.errors
+    assert monitor.summary()["samples"] == 2
+
+
+def test_chip_metrics_sampling_is_throttled_and_absent_without_the_sdk():
+    from tpu_workbench.worker.monitoring import ChipMonitor, parse_values, unavailable_reason
+
+    monitor = ChipMonitor(sdk=FakeSDK(), every_s=60.0)
+    assert monitor.sample(0) is not None and monitor.sample(1) is None
+    assert monitor.sample(2, force=True) is not None  # the last step is always sampled
+    assert parse_values(["0: 1.5%", "n/a", 2]) == [1.5, 2.0]
+    reason = unavailable_reason()  # this machine: no chip (and, in .venv, no libtpu)
+    assert "libtpu" in reason or "no TPU chip" in reason
+    off = ChipMonitor()
+    assert not off.available and off.sample(0, force=True) is None
+    assert off.summary()["reason"] == reason and off.summary()["samples"] == 0
+
+
+def test_chip_metrics_chart_and_the_notebook_view():
+    import pandas as pd
+
+    from tpu_workbench import notebook as nb
+    from tpu_workbench.charts.chips import chip_metrics
+    from tpu_workbench.spec import ExperimentSpec
+
+    samples = pd.DataFrame({"step": [0, 1], "mode": ["lazy", "lazy"],
+                            "duty_cycle_pct": [40.0, 60.0], "hbm_used_bytes": [2e9, 3e9]})
+    spec = chip_metrics(samples).to_dict()
+    util, hbm = spec["vconcat"]
+    assert util["facet"]["column"]["field"] == "metric"  # one panel per utilisation metric
+    assert util["spec"]["encoding"]["y"]["field"] == "percent"
+    assert hbm["encoding"]["y"]["field"] == "hbm_gb"
+    assert sorted(r["hbm_gb"] for r in spec["datasets"][hbm["data"]["name"]]) == [2.0, 3.0]
+
+    run = SimpleNamespace(spec=ExperimentSpec(model="mlp", mode="lazy"), summary={}, records=[
+        {"kind": "step", "step": 0}, {"kind": "tpu_metrics", "step": 0, "duty_cycle_pct": 50.0}])
+    assert nb.chip_metrics_view(SimpleNamespace(results=[run])).to_dict()["vconcat"]
+    run.records = run.records[:1]
+    run.summary = {"chip_metrics": {"available": False, "reason": "no TPU chip on the PCI bus"}}
+    callout = nb.chip_metrics_view(SimpleNamespace(results=[run])).text
+    assert "needs a TPU: no TPU chip on the PCI bus" in callout
+
+
+class ChipContext(acc.Context):
+    """A context on a (pretend) v6e host whose runs return the given records, to check the
+    chip bodies' verdicts without a chip."""
+
+    def __init__(self, records):
+        self.memo, self.has_xla = {}, True
+        self.tpu = SimpleNamespace(chips=1, reason="")
+        self.records = records
+
+    def run(self, spec):
+        return SimpleNamespace(records=self.records(spec), summary={}, out_dir="")
+
+
+def test_chip_bodies_flag_a_synchronize_that_does_not_wait_and_a_mode_that_drifts(monkeypatch):
+    steps = [{"kind": "step", "step": i, "wall_ms": 9.0, "sync_ms": 0.2, "loss": 3.0 - i / 10}
+             for i in range(4)]
+    timing = acc.check_timing(ChipContext(lambda spec: steps))
+    assert timing.status == "pass" and timing.figures["synchronize_waits"] is False
+    assert "synchronize does NOT wait" in timing.detail
+
+    monkeypatch.setattr(acc, "available_modes", lambda: ["torch_eager", "lazy", "tpu_compile"])
+    drift = [{**s, "loss": s["loss"] * (1.1 if s["step"] else 1)} for s in steps]
+    modes = acc.check_modes(ChipContext(lambda spec: drift if spec.mode == "lazy" else steps))
+    assert modes.status == "fail" and "['lazy']" in modes.detail
