@@ -123,7 +123,12 @@ def main(argv: list[str]) -> int:
     _run([str(bin_dir / "marimo"), "check", "--strict", *sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.py"))])
     # --durations: the slowest tests in every CI log, to keep the suite under its time budget.
-    code = subprocess.run([str(PY), "-m", "pytest", "--durations=15", *rest],
+    # The whole suite runs on two pytest workers, a test file each at a time (module fixtures
+    # are shared within a file): most of a test's time is spent waiting on worker processes,
+    # browsers and compiles, so two files overlap well even on two cores; the longest files go
+    # first (tests/conftest.py).
+    parallel = [] if rest else ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
+    code = subprocess.run([str(PY), "-m", "pytest", "--durations=15", *parallel, *rest],
                           cwd=ROOT).returncode
     if rest:  # a chosen subset of the main suite: not the second environment
         return code

@@ -22,3 +22,15 @@ def results(tmp_path, monkeypatch):
     """Send run results to a temporary folder."""
     monkeypatch.setenv("TPU_WORKBENCH_RESULTS", str(tmp_path / "results"))
     return tmp_path / "results"
+
+
+# The longest test files (from the CI log's --durations), started first: the suite runs on two
+# pytest workers a file at a time (scripts/dev.py), and longest-first makes them finish together.
+LONGEST_FIRST = ["test_notebooks.py", "test_models_xla.py", "test_modes.py",
+                 "test_nb_sharding.py", "test_browser_exercises.py", "test_sharding.py",
+                 "test_acceptance.py", "test_hf_models.py", "test_cli.py", "test_browser.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: else as found

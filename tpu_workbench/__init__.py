@@ -35,6 +35,11 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "default_pool": ("workers", "default_pool"), "reusable": ("store", "reusable"),
     "load_result": ("store", "load_result"), "fingerprint": ("store", "fingerprint"),
     "run_many": ("experiments", "run_many"), "Comparison": ("experiments", "Comparison"),
+    "predict": ("planning", "predict"), "fit_check": ("planning", "fit_check"),
+    "predicted_step_times": ("charts.predict", "predicted_step_times"),
+    "get_slice": ("chips", "get_slice"), "slice_table": ("chips", "slice_table"),
+    "run_acceptance": ("acceptance", "acceptance"),
+    "tpu_holder_details": ("backends", "tpu_holder_details"),
     "cache_study": ("compile_cache", "cache_study"), "CacheStudy": ("compile_cache", "CacheStudy"),
     "persistent_cache_check": ("compile_cache", "persistent_cache_check"),
     "PersistentCheck": ("compile_cache", "PersistentCheck"),
@@ -46,6 +51,15 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "compile_events": ("timing", "compile_events"),
     "fallbacks": ("timing", "fallbacks"),
     "startup_breakdown": ("timing", "startup_breakdown"),
+    # generation
+    "GenerationSpec": ("generation_spec", "GenerationSpec"),
+    "generate": ("generation_runs", "generate"),
+    "generate_many": ("generation_runs", "generate_many"),
+    "generation_specs": ("generation_runs", "specs_for"),
+    "stored_generation": ("generation_runs", "stored"),
+    "generation_phase_hlo": ("generation_runs", "phase_hlo"),
+    "generation_models": ("generation_spec", "generation_models"),
+    "generation_modes": ("generation_spec", "generation_modes"),
     # notebooks
     "run_live": ("notebook", "run_live"), "smoke_mode": ("notebook", "smoke_mode"),
     "image_grid": ("notebook", "image_grid"),
@@ -55,7 +69,8 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
         "RunTimeout", "RunCancelled")},
     # analysis modules
     **{name: (name, None) for name in (
-        "charts", "compile_cache", "hlo", "notebook", "profiling", "sharding", "torchtpu")},
+        "charts", "compile_cache", "generation", "hlo", "notebook", "profiling", "sharding",
+        "torchtpu")},
 }
 
 __all__ = sorted(_PUBLIC)

@@ -20,7 +20,23 @@ a ``kind``:
 ``layout``      what one device holds of one tensor
                 (:data:`tpu_workbench.sharding.LAYOUT_COLUMNS`)
 ``info``        ``n_params``, ``batch_size``, ``device``
+``tpu_metrics`` a TPU only: libtpu's monitoring SDK sampled between steps
+                (:mod:`tpu_workbench.worker.monitoring`): ``step``, ``t_s`` (since the steps
+                began), ``duty_cycle_pct``, ``tensorcore_util_pct``, ``hbm_used_bytes``,
+                ``hbm_total_bytes`` (means over the host's chips; ``<column>_per_chip`` lists)
+``token``       a ``generate`` run's generated token (:mod:`tpu_workbench.worker.generate`):
+                ``strategy``, ``request``, ``prompt_len``, ``token`` (0: from the prefill),
+                ``phase`` (prefill / decode), ``seq_len`` (tokens fed in), ``cache_len``,
+                ``wall_ms`` (after the device finished), ``compiles``, ``cached``,
+                ``compile_ms``, ``executions``, ``cache_bytes``, ``token_id`` and
+                ``top_logit`` (first prompt of the batch); its ``compile`` records add
+                ``strategy``, ``request``, ``token``, ``phase``
+                (:data:`tpu_workbench.generation.TOKEN_COLUMNS`)
 =============== ===============================================================================
+
+TorchTPU ``step`` records also carry ``sync_ms``: the step timed to when
+``torch.accelerator.synchronize()`` returned, where ``wall_ms`` runs on to the loss's
+device-to-host read (the two differ when synchronize does not wait for compiled work).
 
 :func:`labelled_steps` adds the spec's ``model``, ``preset`` and ``mode`` (:data:`LABELS`) and the
 ``run_id``, which every steps DataFrame the library returns carries.

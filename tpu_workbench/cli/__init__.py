@@ -41,6 +41,12 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = 
               _subcommand("cache", "cache")),
     "docs": ("export every notebook into a static site that works offline",
              _subcommand("docs", "docs")),
+    "predict": ("predicted TPU step time, MFU and bottleneck per slice and strategy",
+                _subcommand("predict", "predict")),
+    "generate": ("decode strategies x modes: tokens.csv, summary.csv and charts",
+                 _subcommand("generate", "generate")),
+    "acceptance": ("on a TPU VM: every 'only on a TPU' item checked, a Markdown + JSON report",
+                   _subcommand("acceptance", "acceptance")),
 }
 
 

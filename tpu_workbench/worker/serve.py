@@ -96,8 +96,16 @@ def _run_task(task: str, ctx: TaskContext, spec: dict[str, Any]) -> dict[str, An
         from .train import train
 
         return train(ctx, spec, backend_for(runtime_from_env()))
+    if task == "generate":
+        from .generate import generate
+
+        return generate(ctx, spec, backend_for(runtime_from_env()))
     if task == "probe":
         return runtime_info()
+    if task == "cost":  # compile one step without running it (tpu_workbench.planning)
+        from .cost import cost
+
+        return cost(ctx, spec)
     raise ValueError(f"unknown task {task!r}")
 
 
