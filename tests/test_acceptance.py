@@ -220,6 +220,7 @@ def test_chip_metrics_sampling_is_throttled_and_absent_without_the_sdk():
 
 
 def test_chip_metrics_chart_and_the_notebook_view():
+    import marimo as mo
     import pandas as pd
 
     from tpu_workbench import notebook as nb
@@ -237,7 +238,10 @@ def test_chip_metrics_chart_and_the_notebook_view():
 
     run = SimpleNamespace(spec=ExperimentSpec(model="mlp", mode="lazy"), summary={}, records=[
         {"kind": "step", "step": 0}, {"kind": "tpu_metrics", "step": 0, "duty_cycle_pct": 50.0}])
-    assert nb.chip_metrics_view(SimpleNamespace(results=[run])).to_dict()["vconcat"]
+    assert "1 sample(s)" in nb.chip_metrics_view(SimpleNamespace(results=[run])).text
+    beside = nb.with_chip_metrics(mo.md("steps"), nb.chip_samples([run]))  # run_live's view
+    assert "steps" in beside.text and "vega" in beside.text.lower()
+    assert nb.with_chip_metrics("steps", []) == "steps"  # no samples: the chart alone
     run.records = run.records[:1]
     run.summary = {"chip_metrics": {"available": False, "reason": "no TPU chip on the PCI bus"}}
     callout = nb.chip_metrics_view(SimpleNamespace(results=[run])).text

@@ -258,8 +258,11 @@ def test_interrupted_iteration_cancels_the_run(pool, results, sigint_raises):
 
 
 def test_comparison_result_of_a_single_run(pool, results):
-    comparison = wb.run_many([MLP], pool=pool)
+    streamed = []  # run_many's on_record: every record as the worker streams it (live charts)
+    comparison = wb.run_many([MLP], pool=pool, on_record=lambda r, s: streamed.append((r, s)))
     assert comparison.result().summary["steps"] == 5
+    assert [r for r, _ in streamed] == comparison.result().records
+    assert all(s == MLP for _, s in streamed)
     failed = wb.run_many([LONG], pool=pool, timeout=0.001)  # cannot finish before its deadline
     with pytest.raises(wb.RunTimeout):
         failed.result()

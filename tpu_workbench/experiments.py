@@ -76,9 +76,12 @@ def run_many(specs: Sequence[ExperimentSpec],
              on_update: Callable[[pd.DataFrame, ExperimentSpec, int], None] | None = None,
              every_s: float = 0.5, pool: WorkerPool | None = None,
              timeout: float | None = None, cold: bool = False,
-             reuse: bool = False) -> Comparison:
+             reuse: bool = False,
+             on_record: Callable[[dict[str, Any], ExperimentSpec], None] | None = None
+             ) -> Comparison:
     """Run `specs` in order; call ``on_update(steps_so_far, spec, steps_done)`` at most every
-    `every_s` seconds (and after each run) while they go on. A failed run is recorded in
+    `every_s` seconds (and after each run) while they go on, and ``on_record(record, spec)``
+    for every record a worker streams (not for stored runs). A failed run is recorded in
     ``Comparison.errors`` with its partial records, and the next spec still runs.
 
     ``cold=True`` gives every run a fresh worker, so its first step pays the full compile (a warm
@@ -117,7 +120,8 @@ def run_many(specs: Sequence[ExperimentSpec],
             if found[i] is None and i in pools and pools[i].idle():
                 _prestart(specs, pools, first=i)
             result = found[i] or _measure(spec, pools.get(i) or pool, kwargs, out, every_s,
-                                          lambda live, spec=spec: update(spec, live))
+                                          lambda live, spec=spec: update(spec, live),
+                                          on_record)
             if result is not None:
                 out.results.append(result)
                 done.append(labelled_steps(spec, result.records, result.run_id))
@@ -133,13 +137,16 @@ def run_many(specs: Sequence[ExperimentSpec],
 
 
 def _measure(spec: ExperimentSpec, pool: WorkerPool | None, kwargs: dict[str, Any],
-             out: Comparison, every_s: float,
-             live: Callable[[pd.DataFrame], None]) -> RunResult | None:
+             out: Comparison, every_s: float, live: Callable[[pd.DataFrame], None],
+             on_record: Callable[[dict[str, Any], ExperimentSpec], None] | None = None
+             ) -> RunResult | None:
     """One run, `live(steps so far)` at most every `every_s`; a failure goes to `out`."""
     try:
         run = submit(spec, pool=pool, **kwargs)
         last = 0.0
-        for _ in run:
+        for record in run:
+            if on_record is not None:
+                on_record(record, spec)
             if time.monotonic() - last >= every_s:
                 last = time.monotonic()
                 live(labelled_steps(spec, run.records, run.run_id))

@@ -115,6 +115,12 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.5, chart=None,
     total = max(sum(s.steps for s in specs), 1)
     shown = [0]
     drawn = {"at": time.monotonic(), "runs": 0}
+    chip: list[dict] = []  # libtpu's chip metrics streamed so far (only on a TPU)
+
+    def keep(record: dict, spec) -> None:
+        if record.get("kind") == "tpu_metrics":
+            chip.append({**record, "mode": label(spec)})
+
     with mo.status.progress_bar(total=total, title="training", remove_on_exit=True) as bar:
 
         def update(frame, spec, done: int) -> None:
@@ -123,13 +129,37 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.5, chart=None,
             runs = frame["run_id"].nunique() if "run_id" in frame else 0
             ended = runs > drawn["runs"] or done >= total  # a new run began: the last one ended
             if len(frame) and (ended or time.monotonic() - drawn["at"] >= chart_every_s):
-                mo.output.replace(chart(frame))
+                mo.output.replace(with_chip_metrics(chart(frame), chip))
                 drawn.update(at=time.monotonic(), runs=runs)
 
-        comparison = run_many(specs, on_update=update, every_s=every_s, cold=cold, reuse=reuse)
+        comparison = run_many(specs, on_update=update, every_s=every_s, cold=cold, reuse=reuse,
+                              on_record=keep)
     if len(comparison.steps):
-        mo.output.replace(chart(comparison.steps))
+        mo.output.replace(with_chip_metrics(chart(comparison.steps),
+                                            chip_samples(comparison.results)))
     return comparison
+
+
+def chip_samples(results) -> list[dict]:
+    """The ``tpu_metrics`` records of `results`, each with its run's mode label."""
+    from .records import label
+
+    return [{**r, "mode": label(res.spec)} for res in results for r in res.records
+            if r.get("kind") == "tpu_metrics"]
+
+
+def with_chip_metrics(step_chart, samples: list[dict]):
+    """`step_chart` with the chip metrics sampled so far beside it (libtpu's monitoring SDK:
+    duty cycle, TensorCore utilisation, HBM in use); the chart alone where there are none."""
+    if not samples:
+        return step_chart
+    import marimo as mo
+    import pandas as pd
+
+    from .charts.chips import chip_metrics
+
+    return mo.hstack([step_chart, chip_metrics(pd.DataFrame(samples))], wrap=True,
+                     justify="start")
 
 
 def mesh_layout(model: str, mesh_shape: tuple[int, ...], strategy: str,
@@ -159,24 +189,19 @@ def mesh_layout(model: str, mesh_shape: tuple[int, ...], strategy: str,
 
 
 def chip_metrics_view(comparison=None):
-    """The chip metrics the runs of `comparison` sampled (libtpu's monitoring SDK: duty cycle,
-    TensorCore utilisation, HBM in use) as a chart; where there are none, a "needs a TPU"
-    callout with the reason, never a made-up number. Instant without a chip: it starts no
-    worker and imports no torch."""
+    """Where the runs of `comparison` sampled chip metrics, a line saying that they are drawn
+    beside the step times (:func:`run_live` draws them as they stream); where there are none,
+    a "needs a TPU" callout with the reason, never a made-up number. Instant without a chip:
+    it starts no worker and imports no torch."""
     import marimo as mo
 
-    from .records import label
     from .worker.monitoring import unavailable_reason
 
     results = list(getattr(comparison, "results", None) or [])
-    rows = [{**r, "mode": label(res.spec)} for res in results for r in res.records
-            if r.get("kind") == "tpu_metrics"]
+    rows = chip_samples(results)
     if rows:
-        import pandas as pd
-
-        from .charts.chips import chip_metrics
-
-        return chip_metrics(pd.DataFrame(rows))
+        return mo.md(f"**Live chip metrics** (libtpu's monitoring SDK): {len(rows)} sample(s), "
+                     "drawn beside the step-time chart above as they streamed.")
     said = [(res.summary.get("chip_metrics") or {}).get("reason") for res in results]
     reason = next((r for r in said if r), None) or unavailable_reason() or (
         "the runs shown were measured before the workbench sampled chip metrics")
