@@ -90,6 +90,17 @@ def test_on_a_chip_missing_runtimes_and_unwired_bodies_are_said_not_failed():
     assert acc.blocked(by_key["mfu"], chip) is None  # runs here: its body is written
 
 
+def test_off_a_chip_the_reason_is_the_missing_chip_whatever_the_runtime():
+    # A fresh machine runs the main suite before .venv-torchtpu exists: the reason still
+    # starts with the chip, then says what TorchTPU lacks.
+    ctx = SimpleNamespace(on_tpu=False, tpu=SimpleNamespace(reason="no TPU chip found"),
+                          torchtpu=SimpleNamespace(reason="torch_tpu is not installed"))
+    by_key = {c.key: c for c in acc.CHECKS}
+    assert acc.blocked(by_key["mfu"], ctx).detail == "no TPU chip found"
+    assert acc.blocked(by_key["timing"], ctx).detail == \
+        "no TPU chip found; TorchTPU: torch_tpu is not installed"
+
+
 def test_a_check_that_raises_is_a_fail_with_the_error():
     def broken(ctx):
         raise RuntimeError("the chip said no")

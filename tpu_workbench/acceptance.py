@@ -42,8 +42,7 @@ CPU_MODE = "lazy"  # the XLA mode of the CPU form
 
 @dataclass
 class Outcome:
-    """What one check found: ``status`` (one of :data:`STATUSES`), ``detail`` in words and
-    ``figures`` (numbers and names for the report)."""
+    """What one check found: ``status`` (:data:`STATUSES`), ``detail`` in words, ``figures``."""
 
     status: str
     detail: str = ""
@@ -449,7 +448,9 @@ def get_checks(only: str | list[str] | None = None) -> list[Check]:
 def blocked(check: Check, ctx: Context) -> Outcome | None:
     """The outcome of a check that cannot run here (and why), or None when it can."""
     if check.needs != "cpu" and not ctx.on_tpu:
-        why = ctx.tpu.reason if check.needs != "tpu+torch_tpu" else ctx.torchtpu.reason
+        why = ctx.torchtpu.reason if check.needs == "tpu+torch_tpu" else ""  # and its runtime
+        if ctx.tpu.reason not in why:
+            why = ctx.tpu.reason + (f"; TorchTPU: {why}" if why else "")
         return Outcome("needs a TPU", why)
     if check.needs == "tpu+xla" and not ctx.has_xla:
         return Outcome("needs torch_xla", "torch_xla is not installed in this environment; run "
