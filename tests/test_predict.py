@@ -150,6 +150,10 @@ def test_bad_input_is_refused_before_anything_compiles():
     with pytest.raises(SpecError, match="even int"):
         predict("mingpt", "gpt-mini", slices=["v6e-8"], batch_size=8, seq_len=15,
                 pool=_NoPool())
+    with pytest.raises(SpecError, match="seq_len=4096 is longer than hf:gpt2 gpt2's "
+                       "n_positions=1024"):
+        predict("hf:gpt2", "gpt2", slices=["v6e-8"], batch_size=8, seq_len=4096,
+                pool=_NoPool())
     # Llama-3-8B on one v6e chip: 64 GB of bf16 weights, grads and moments; nothing fits
     with pytest.raises(SpecError, match="no plan fits, nothing to predict: v6e-1 fsdp"):
         predict("hf:llama", "llama-3-8b", slices=["v6e-1"], strategies=["fsdp"],

@@ -46,14 +46,12 @@ def _plan_options(family: Any, preset: str, seq_len: int, dtype: str,
         raise SpecError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     out = {**options, "length": seq_len // 2}
     cfg = family.config(preset, **options)
-    positions = getattr(family, "positions_field", "max_position_embeddings")
     if hasattr(family, "hf_config"):
         if dtype == "bfloat16":
             out["dtype"] = "bfloat16"
-        have = getattr(family.hf_config(cfg), positions)
-        if have < seq_len:
+        if family.positions(cfg) < seq_len:
             raise SpecError(f"seq_len={seq_len} is longer than {family.name} {preset}'s "
-                            f"{positions}={have}")
+                            f"{family.positions_field}={family.positions(cfg)}")
     else:
         if dtype != "float32":
             raise SpecError(f"dtype={dtype!r}: only hf:* families build in bfloat16; "
