@@ -87,7 +87,7 @@ def _(mode_form, model_form, model_name, remeasure):
 def _(after, before):
     ops_before = hlo.instructions(before)
     ops_after = hlo.instructions(after)
-    _s = hlo.summary(after)
+    _s = hlo.summary(after, frame=ops_after)
     mo.md(f"""
     **Before optimisation**: {len(ops_before):,} instructions. **After**: {len(ops_after):,},
     of which {sum(_s["fusions_by_kind"].values())} fusions.

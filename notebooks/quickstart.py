@@ -9,10 +9,12 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
-    from tpu_workbench import hlo, profiling, sharding
     from tpu_workbench import notebook as nb
+    from tpu_workbench import profiling, sharding
 
     SMOKE = wb.smoke_mode()
+    # Workers fork from a process that imports torch once: start it while the page draws.
+    wb.warm_workers()
     # Smoke runs (CI) use the smallest model; a user gets the model picked below.
     SMOKE_MODEL = "mlp"
     # What every section measures when the notebook opens (before any click).
@@ -219,9 +221,7 @@ def _(backend, model, run_hlo):
                        kind="info"))
     with mo.status.spinner(title="compiling with HLO dumps and profiling"):
         captured = wb.run(_spec, reuse=_reuse)
-    _after = hlo.main_module(hlo.load_run_hlo(captured), "after_optimizations")
-    hlo_ops = hlo.instructions(_after)
-    _s = hlo.summary(_after)
+    hlo_ops, _s = nb.step_hlo(captured)
     profile = profiling.load_profile(captured)
     mo.md(f"""
     {nb.provenance(captured)}

@@ -7,7 +7,7 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
-    from tpu_workbench import hlo, models, sharding
+    from tpu_workbench import models, sharding
     from tpu_workbench import notebook as nb
 
     SMOKE = wb.smoke_mode()
@@ -223,9 +223,7 @@ def _(model_ref, options, preset, run_hlo):
     except wb.WorkbenchError as exc:
         _captured, hlo_error = None, exc
     mo.stop(hlo_error is not None, nb.failed_run_callout("HLO capture", hlo_error))
-    _after = hlo.main_module(hlo.load_run_hlo(_captured), "after_optimizations")
-    hlo_ops = hlo.instructions(_after)
-    _s = hlo.summary(_after)
+    hlo_ops, _s = nb.step_hlo(_captured)
     mo.md(f"""
     {nb.provenance(_captured)}
 

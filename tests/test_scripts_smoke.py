@@ -17,7 +17,8 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("script, option", [("screenshot_notebooks.py", "--out"),
-                                            ("bench_notebooks.py", "--repeat")])
+                                            ("bench_notebooks.py", "--repeat"),
+                                            ("bench_workers.py", "--runtimes")])
 def test_help_lists_the_options(script, option):
     proc = _run(script, "--help")
     assert proc.returncode == 0, proc.stderr
@@ -42,3 +43,10 @@ def test_bench_refuses_an_unknown_notebook():
     proc = _run("bench_notebooks.py", "--notebooks", "quickstart,nope")
     assert proc.returncode == 2
     assert "unknown notebook(s): nope" in proc.stderr
+
+
+def test_worker_benchmark_refuses_an_unknown_runtime_before_starting_anything():
+    proc = _run("bench_workers.py", "--runtimes", "xla,jax")
+    assert proc.returncode == 2
+    assert "unknown runtime(s) jax; valid: xla, torch" in proc.stderr
+    assert "template start" not in proc.stdout

@@ -141,3 +141,21 @@ def test_a_cold_run_reuses_only_a_run_of_a_fresh_worker(stored, tmp_path):
     env_file.write_text(json.dumps({**env, "worker_start_s": 0.0}))  # as a warm worker's run
     assert wb.reusable(SPEC, out_dir=warm) is not None
     assert wb.reusable(SPEC, out_dir=warm, cold=True) is None
+
+
+def test_a_derived_figure_is_computed_once_and_kept_whole_in_the_run_folder(stored, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(stored[1].out_dir, folder)
+    run = store.load_result(folder)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"flops": 12.5, "ops": {"dot": 3}}
+
+    assert store.derived(run, "figure", compute) == {"flops": 12.5, "ops": {"dot": 3}}
+    assert store.derived(store.load_result(folder), "figure", compute) == compute()  # read back
+    assert len(calls) == 2  # once by the first call, once by the comparison above
+    assert sorted(p.name for p in (folder / "derived").iterdir()) == ["figure.json"]
+    (folder / "derived" / "figure.json").write_text("{not json")  # a damaged file: computed anew
+    assert store.derived(run, "figure", compute)["flops"] == 12.5 and len(calls) == 3

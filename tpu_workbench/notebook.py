@@ -280,6 +280,17 @@ def format_us(us: float) -> str:
     return f"{us:.3g} µs"
 
 
+def step_hlo(result) -> tuple:
+    """A captured run's optimised training step: its instructions (a DataFrame) and
+    :func:`~tpu_workbench.hlo.summary`. The summary (XLA's cost analysis, which first imports
+    jaxlib: about 2 s) is kept in the run's folder, so showing a stored run again is quick."""
+    from . import hlo, store
+
+    after = hlo.main_module(hlo.load_run_hlo(result), "after_optimizations")
+    ops = hlo.instructions(after)
+    return ops, store.derived(result, "hlo_summary", lambda: hlo.summary(after, frame=ops))
+
+
 def xla_flops_text(summary: dict) -> str:
     """XLA's own FLOP count of a module from :func:`tpu_workbench.hlo.summary`, as markdown:
     the GFLOP figure, or that the cost analysis failed (and why) -- never a made-up 0."""

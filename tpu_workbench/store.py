@@ -13,12 +13,14 @@ half-written run (``-failed``, ``.partial``) never is.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -106,6 +108,27 @@ def load_result(folder: Path, spec_type: type[ExperimentSpec] = ExperimentSpec) 
                      measured_at=str(environment.get("measured_at") or ""), reused=True,
                      worker_start_s=float(environment.get("worker_start_s") or 0.0),
                      fingerprint=environment.get("fingerprint") or {})
+
+
+def derived(result: RunResult, name: str, compute: Callable[[], dict[str, Any]]
+            ) -> dict[str, Any]:
+    """A JSON-ready figure computed from a completed run's files, kept in its folder as
+    ``derived/NAME.json`` (written whole) so that showing the run again reads it instead of
+    computing it again. A run's folder never changes once written, and a reused run comes from
+    the same workbench source (its fingerprint), so the kept figure stays true."""
+    folder = result.out_dir
+    path = None if folder is None else Path(folder) / "derived" / f"{name}.json"
+    if path is not None and path.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(path.read_text())
+    value = compute()
+    if path is not None:
+        with contextlib.suppress(OSError):  # a read-only results folder: just not kept
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(value))
+            os.replace(tmp, path)
+    return value
 
 
 def artifacts(folder: Path) -> dict[str, str]:

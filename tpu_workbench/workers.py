@@ -26,6 +26,8 @@ from . import backends
 from .errors import WorkerCrashed, WorkerError
 from .spec import RuntimeConfig
 from .torchtpu import worker_python
+from .worker_template import ForkedProcess, fork_worker
+from .worker_template import warm as warm_template
 
 START_TIMEOUT_S = 300.0  # importing torch_xla on a busy 2-core machine can take a while
 STDERR_LINES = 200
@@ -84,9 +86,13 @@ class Worker:
         if config.runtime != "xla":  # a plain-PyTorch worker must not see XLA settings
             for key in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_SPMD"):
                 env.pop(key, None)
-        self.proc = subprocess.Popen(
-            # A TorchTPU worker runs under .venv-torchtpu's interpreter when this one lacks it.
-            [worker_python(config.runtime), "-m", "tpu_workbench.worker"],
+        # A TorchTPU worker runs under .venv-torchtpu's interpreter when this one lacks it.
+        python = worker_python(config.runtime)
+        # Forked from a process that has imported torch where that is the same as a spawn.
+        forked = fork_worker(python, config.device, env)
+        self.forked = forked is not None
+        self.proc: subprocess.Popen | ForkedProcess = forked or subprocess.Popen(
+            [python, "-m", "tpu_workbench.worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=env, text=True, bufsize=1, start_new_session=True,
         )
@@ -312,6 +318,7 @@ def default_pool() -> WorkerPool:
     if _POOL is None:
         _POOL = WorkerPool()
         atexit.register(_POOL.shutdown)
+        warm_template()  # its torch import overlaps whatever the caller does before a run
     return _POOL
 
 
