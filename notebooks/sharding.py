@@ -266,6 +266,92 @@ def _(by_strategy, strategy_runs):
 @app.cell(hide_code=True)
 def _():
     mo.md(r"""
+    ## Many processes: DTensor training
+
+    TorchTPU has no single SPMD controller: it runs one process per chip, launched by
+    `torchrun`, and shards with DTensor. The same path runs here over gloo on the CPU: the
+    form below trains minGPT tiny as a gang of processes, each a rank holding its part
+    (FSDP2's `fully_shard` for fsdp, `parallelize_module` column/row plans for tp, both on a
+    2-D mesh for dp_tp, DDP for dp). The losses must equal one process's; the collectives are
+    what `CommDebugMode` counted in one step on rank 0 (bytes measured; the times are the same
+    ring-model estimate on a v6e as above). On a TPU the same code runs over `tpu_dist`.
+    """)
+    return
+
+
+@app.cell
+def _():
+    gang_form = mo.md("{strategy} {processes}").batch(
+        strategy=mo.ui.dropdown(list(sharding.STRATEGIES), value="fsdp", label="strategy"),
+        processes=mo.ui.dropdown(["2", "4"], value="4", label="processes"),
+    ).form(submit_button_label="run", label="**Many processes** (a gang under torchrun)")
+    gang_form
+    return (gang_form,)
+
+
+@app.cell
+def _(gang_form):
+    mo.stop(gang_form.value is None,
+            mo.md("_Press **run** to train over several processes (about 20-40 s here)._"))
+    gang_error = None
+    gang_result = gang_one = None
+    try:
+        _strategy = gang_form.value["strategy"]
+        _spec = wb.ExperimentSpec(model="mingpt", preset="tiny", mode="torch_eager", steps=4,
+                                  mesh=wb.gang.mesh_for(_strategy,
+                                                      int(gang_form.value["processes"])),
+                                  strategy=_strategy)
+        gang_result = wb.run(_spec)
+        gang_one = wb.run(_spec.replace(mesh=None, strategy=None), reuse=nb.reuse_ok())
+    except wb.WorkbenchError as _exc:
+        gang_error = _exc
+    (nb.failed_run_callout("gang", gang_error) if gang_error is not None else
+     mo.md(f"Trained on mesh {sharding.mesh_text(gang_result.spec.mesh)}: "
+           f"{gang_result.runtime['processes']} processes, "
+           f"{gang_result.runtime['dist_backend']}, launched by torchrun."))
+    return gang_one, gang_result
+
+
+@app.cell
+def _(gang_one, gang_result):
+    mo.stop(gang_result is None)
+    nb.table(nb.rounded(wb.gang.loss_comparison(gang_result, gang_one), significant=7),
+             label="loss per step: the gang vs one process")
+    return
+
+
+@app.cell
+def _(gang_result):
+    mo.stop(gang_result is None)
+    gang_collectives = wb.gang.collectives_frame(gang_result)
+    (wb.charts.collective_bytes(wb.gang.collectives_frame(gang_result, per_call=True))
+     .properties(title="collectives CommDebugMode counted in one step")
+     if len(gang_collectives) else mo.md("_No collectives: nothing is split._"))
+    return (gang_collectives,)
+
+
+@app.cell
+def _(gang_collectives):
+    mo.stop(not len(gang_collectives))
+    nb.table(gang_collectives[["kind", "phase", "module", "axis", "group_size", "count",
+                               "bytes", "estimated_us"]],
+             page_size=12, label="collectives of one step (rank 0), per call")
+    return
+
+
+@app.cell
+def _(gang_result):
+    mo.stop(gang_result is None)
+    nb.table(wb.gang.rank_frame(gang_result).pivot(index="step", columns="rank",
+                                                values="wall_ms").add_prefix("rank ")
+             .reset_index(),
+             label="step time of every rank (ms): a straggler shows as one slow column")
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
     ## Plan a run: predicted step time on a TPU slice
 
     Before renting a slice: how fast would this model train on it, and what would hold it
@@ -345,6 +431,119 @@ def _(plan_error, predicted):
         nb.table(_show, label="predicted per slice and strategy (not measured)"),
         mo.md("**Assumptions of every predicted number:**\n\n" + "\n".join(
             f"- {_a}" for _a in predicted.attrs["assumptions"])),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Plan for a v6e-16 / v6e-32
+
+    A model that outgrows one v6e-8 host runs as one program on **every host** of a larger
+    slice: a v6e-16 is 4 hosts of 4 chips (4x4), a v6e-32 8 hosts of 4 (4x8). torch_xla runs
+    one SPMD process per host over a mesh of all the slice's chips; TorchTPU runs `torchrun` on
+    every host, one process per chip. Either way every host must start, or the others wait
+    forever. Pick a slice, a runtime and a launcher: the page shows the memory each chip would
+    hold, the collectives one step needs with their ICI time, and the exact commands to copy.
+    The model is the one of **Plan a run** above (its defaults until you press predict).
+    Nothing here runs or compiles: it is all computed from the slice table and the model's
+    shapes.
+    """)
+    return
+
+
+@app.cell
+def _():
+    _slices = wb.slice_table()
+    slice_controls = mo.md("{slice} {strategy} {runtime} {via}\n\n{zone} {cluster}").batch(
+        slice=mo.ui.dropdown(list(_slices[_slices["hosts"] > 1]["slice"]), value="v6e-16",
+                             label="slice"),
+        strategy=mo.ui.dropdown(list(sharding.STRATEGIES), value="fsdp", label="strategy"),
+        runtime=mo.ui.dropdown(list(wb.launch_runtimes), value="torch_xla", label="runtime"),
+        via=mo.ui.dropdown(list(wb.launch_vias), value="gcloud", label="launcher"),
+        zone=mo.ui.text(value="", label="zone (gcloud, xpk; empty: gcloud's default)"),
+        cluster=mo.ui.text(value="my-cluster", label="GKE cluster (xpk)"),
+    )
+    slice_controls
+    return (slice_controls,)
+
+
+@app.cell
+def _(plan, slice_controls):
+    _hf = not SMOKE
+    _v = plan.value or {"model": "hf:llama" if _hf else "mingpt",
+                        "preset": "llama-3-8b" if _hf else "gpt-mini",
+                        "seq_len": 2048 if _hf else 64, "batch": 32, "recompute": _hf}
+    _c = slice_controls.value
+    slice_model = (_v["model"], _v["preset"].strip())
+    try:
+        slice_fit = wb.fit_check(*slice_model, slices=[_c["slice"]],
+                                 strategies=list(sharding.STRATEGIES),
+                                 seq_len=int(_v["seq_len"]), batch_size=int(_v["batch"]),
+                                 recompute=_v["recompute"])
+        slice_collectives = wb.model_step_collectives(
+            *slice_model, _c["slice"], _c["strategy"], int(_v["batch"]), int(_v["seq_len"]))
+        slice_launch = wb.launch_plan(
+            _c["slice"], _c["runtime"], _c["via"], model=slice_model[0],
+            preset=slice_model[1], batch_size=int(_v["batch"]), strategy=_c["strategy"],
+            zone=_c["zone"].strip() or None, cluster=_c["cluster"].strip() or None)
+        slice_error = None
+    except wb.WorkbenchError as _exc:
+        slice_fit = slice_collectives = slice_launch = None
+        slice_error = _exc
+    _row = None if slice_fit is None else slice_fit[
+        slice_fit["strategy"] == _c["strategy"]].iloc[0]
+    (mo.callout(mo.md(f"**No plan.** {slice_error}"), kind="danger") if slice_error else
+     mo.vstack([
+         mo.md(f"### Memory per chip on {_c['slice']}\n\n{slice_model[0]} {slice_model[1]}, "
+               f"global batch {_v['batch']}, {_v['seq_len']} tokens: **{_c['strategy']}** "
+               f"{'fits' if _row['fits'] else 'does not fit'}. {_row['reason']}. "
+               "_Estimated from the parameter count and the activation formula of "
+               "`sharding.fit_table`, not measured._"),
+         wb.charts.fit_bars(slice_fit),
+     ]))
+    return slice_collectives, slice_error, slice_launch
+
+
+@app.cell
+def _(slice_collectives, slice_controls, slice_error):
+    mo.stop(slice_error is not None)
+    _chip = wb.get_slice(slice_controls.value["slice"]).chip
+    _show = pd.DataFrame({
+        "collective": slice_collectives["collective"], "kind": slice_collectives["kind"],
+        "axis (chips)": slice_collectives["axis"] + " ("
+        + slice_collectives["physical_axes"] + ")",
+        "per step": slice_collectives["count"],
+        "MB each": (slice_collectives["bytes"] / 1e6).round(1),
+        "est. ms per step": (slice_collectives["total_us"] / 1e3).round(2),
+    })
+    _total_us = float(slice_collectives["total_us"].sum())
+    mo.vstack([
+        mo.md(f"### Collectives per step\n\nAbout **{nb.format_us(_total_us)}** of ICI time "
+              "per step if none overlapped with compute. "
+              "_Analytic, not XLA's collectives (the layout sections above count those): dp "
+              "all-reduces the gradients, fsdp all-gathers the parameters twice and "
+              "reduce-scatters the gradients, tp all-reduces each layer's activations four "
+              f"times a step._ _{sharding.ici_assumptions(_chip)}_"),
+        nb.table(_show, label=f"collectives of one {slice_controls.value['strategy']} step"),
+    ])
+    return
+
+
+@app.cell
+def _(slice_error, slice_launch):
+    mo.stop(slice_error is not None)
+    mo.vstack([
+        mo.md(f"""
+        ### The launch plan to copy
+
+        {slice_launch.hosts} hosts x {slice_launch.chips_per_host} chips, mesh
+        {sharding.mesh_text(slice_launch.mesh)} over all {slice_launch.chips} chips. Run the
+        last line(s) from your machine (`tpu-workbench launch ... --execute` does it where the
+        launcher and its credentials exist); the `# every host` lines say what each runs.
+        """),
+        mo.md(f"```bash\n{slice_launch.text()}\n```"),
     ])
     return
 

@@ -54,7 +54,7 @@ def _workers(graph) -> set[str]:
 def test_sharding_sections_depend_only_on_their_controls():
     g = _graph("sharding")
     picked_run, every = _defining(g, "result"), _defining(g, "strategy_runs")
-    assert _workers(g) == {picked_run, every}
+    assert _workers(g) == {picked_run, every, _defining(g, "gang_result")}
     # A new strategy re-runs the picked run (and what is drawn from it), not the side by side.
     assert {picked_run, _defining(g, "collectives"), _defining(g, "memory")} <= _reruns(g, "pick")
     assert every not in _reruns(g, "pick")

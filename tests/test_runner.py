@@ -210,7 +210,8 @@ def test_failure_inside_worker_is_reported_and_worker_survives(pool, results):
     ({"device": "gpu"}, "unknown device 'gpu'"),
     ({"capture": ("hlo", "flamegraph")}, "unknown capture 'flamegraph'"),
     ({"mesh": (2, 2), "num_devices": 8}, "mesh 2x2 has 4 devices but num_devices=8"),
-    ({"mesh": (2, 4), "mode": "torch_eager"}, "needs an XLA mode"),
+    ({"mesh": (2, 4), "mode": "inductor"}, "inductor is not offered for a gang"),
+    ({"mesh": (2, 4), "mode": "torch_eager", "capture": ("profile",)}, "not offered for a gang"),
     ({"options": {"d_hiden": 3}}, r"unknown option\(s\) \['d_hiden'\]"),
     ({"options": {"n_classes": 1}}, "n_classes must be at least 2, got 1"),
 ])

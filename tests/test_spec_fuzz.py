@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import tpu_workbench as wb
-from tpu_workbench import workers
+from tpu_workbench import gang, workers
 
 FIELDS = [f.name for f in dataclasses.fields(wb.ExperimentSpec)]
 # How messages spell a field when they do not use its name.
@@ -128,6 +128,7 @@ class NoWorker:
 def no_workers():
     mp = pytest.MonkeyPatch()
     mp.setattr(workers, "Worker", NoWorker)
+    mp.setattr(gang, "Gang", NoWorker)  # a mesh with a plain-PyTorch mode runs as a gang
     default = workers._POOL
     default_workers = dict(default.workers()) if default else None
     yield

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import backends, chips, torchtpu
+from .acceptance_report import markdown
 from .errors import SpecError
 from .spec import ExperimentSpec, available_modes, runtime_config
 from .workers import WorkerPool
@@ -318,6 +319,17 @@ def check_dtensor(ctx: Context) -> Outcome:
                   f"{len(records)} layout row(s)", chips=n, rows=len(records))
 
 
+def check_dtensor_train(ctx: Context) -> Outcome:
+    n = min(int(ctx.torchtpu.chips or 1), 4)
+    one = ctx.run(ctx.mingpt("tpu_eager"))
+    ctx.pool.release_chip()  # the gang's ranks are processes of their own: free the chip first
+    gang = ctx.run(ctx.mingpt("tpu_eager", mesh=(n,), strategy="fsdp"))
+    a, b = _losses(one), _losses(gang)
+    return passed(_close(a, b, 1e-3), f"FSDP2 over {n} chip(s), one process per chip under "
+                  f"torchrun with tpu_dist: losses {'equal' if _close(a, b, 1e-3) else 'differ'} "
+                  "to one chip's (rtol 1e-3)", chips=n, one_chip=a, gang=b)
+
+
 def check_mfu(ctx: Context) -> Outcome:
     from .timing import summarize_results
 
@@ -416,6 +428,9 @@ CHECKS: tuple[Check, ...] = (
           check_torchtpu_profile),
     Check("dtensor", "DTensor over the `tpu` device with `tpu_dist` and `set_tpu_launch_env`",
           "tpu+torch_tpu", check_dtensor),
+    Check("dtensor_train", "DTensor training over `tpu_dist`: a mesh with a TorchTPU mode runs "
+          "as one process per chip under `torchrun` (`tpu_workbench.gang`), losses equal to one "
+          "chip", "tpu+torch_tpu", check_dtensor_train),
     Check("mfu", "MFU of a gpt2-size run against the chip peak", "tpu", check_mfu),
     Check("chip_metrics", "live chip metrics from libtpu's monitoring SDK (duty cycle, HBM in "
           "use, TensorCore utilisation) in a run's records", "tpu", check_chip_metrics),
@@ -513,38 +528,3 @@ def acceptance(out: Path | str = "acceptance", only: str | list[str] | None = No
         tmp.write_text(text)
         tmp.replace(path)
     return report
-
-
-def _cell(value: Any) -> str:
-    return " ".join(str(value).split()).replace("|", "\\|")
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """The report as Markdown: the chip and versions, then one row per check."""
-    chip = report["chip"]
-    v = report["versions"]
-    lines = [f"# TPU acceptance: {report['host']}, {report['started_at']}", "",
-             f"- chip: {chip['pci_chips']} x {chip['pci_kind'] or 'none'} on the PCI bus; "
-             f"{_cell(chip['tpu_status']['reason'])}",
-             f"- TorchTPU: {_cell(chip['torchtpu']['reason'])}",
-             "- versions: " + ", ".join(f"{k} {v[k]}" for k in v if v[k]),
-             f"- {report['wall_s']} s; " + ", ".join(f"{n} {s}" for s, n in
-                                                    report["counts"].items() if n), "",
-             "| check | status | detail | figures | s |", "|---|---|---|---|---|"]
-    for r in report["checks"]:
-        status = r["status"] + (f": {r['detail']}" if r["status"].startswith("needs") else "")
-        figures = ", ".join(f"{k}={_short(v)}" for k, v in r["figures"].items())
-        lines.append(f"| {r['key']} | {_cell(status)} | "
-                     f"{_cell('' if r['status'].startswith('needs') else r['detail'])} | "
-                     f"{_cell(figures)} | {r['seconds']} |")
-    return "\n".join(lines) + "\n"
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list) and len(value) > 4:
-        return "[" + ", ".join(_short(x) for x in value[:4]) + ", ...]"
-    if isinstance(value, list):
-        return "[" + ", ".join(_short(x) for x in value) + "]"
-    return str(value)

@@ -17,6 +17,7 @@ use mixed conventions: v5e 400 GB/s and v6e 800 GB/s count both directions of 4 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 
 from .errors import SpecError
@@ -117,6 +118,17 @@ class Slice:
         axis, the data axis over the others (v6e-16: (4, 4); v5p-32 2x2x4: (4, 4))."""
         return (self.chips // self.topology[-1], self.topology[-1])
 
+    @property
+    def topology_text(self) -> str:
+        """``"4x4"``, ``"2x2x4"``: how gcloud, xpk and Ray write a slice's topology."""
+        return "x".join(map(str, self.topology))
+
+    @property
+    def accelerator_type(self) -> str:
+        """The name ``gcloud --accelerator-type`` and ``xpk --tpu-type`` take: the slice's own
+        name, except v5e's, which Cloud TPU calls ``v5litepod-N`` (xpk 1.16's table too)."""
+        return f"v5litepod-{self.chips}" if self.chip == "v5e" else self.name
+
     def as_dict(self) -> dict:
         return {"slice": self.name, "chip": self.chip, "chips": self.chips,
                 "hosts": self.hosts, "chips_per_host": self.chips_per_host,
@@ -140,9 +152,15 @@ SLICE_ALIASES = {f"v5litepod-{s.chips}": n for n, s in SLICES.items() if s.chip 
 
 
 def get_slice(name: str, chip: str | None = None) -> Slice:
-    """Look up a slice by name (``"v6e-16"``; ``"v5litepod-16"`` is ``"v5e-16"``). With
-    `chip`, the slice must be of that chip."""
+    """Look up a slice by name (``"v6e-16"``; ``"v5litepod-16"`` is ``"v5e-16"``) or by
+    topology (``"4x4"``: of `chip`, v6e by default). With `chip`, the slice must be of that
+    chip."""
     key = SLICE_ALIASES.get(str(name).strip().lower(), str(name).strip().lower())
+    if re.fullmatch(r"\d+(x\d+)+", key):  # a topology ("4x4"): the slice of that shape
+        return _slice_of_topology(key, chip or "v6e")
+    if key not in SLICES and "-" in key and key.split("-")[0] not in CHIPS:
+        raise SpecError(f"unknown TPU chip {key.split('-')[0]!r} in slice {name!r}; known "
+                        f"chips: {', '.join(CHIPS)}; known slices: {', '.join(SLICES)}")
     if key not in SLICES:
         prefix = f"{get_chip(chip).name}-" if chip else ""
         known = [n for n in SLICES if n.startswith(prefix)]
@@ -153,6 +171,16 @@ def get_slice(name: str, chip: str | None = None) -> Slice:
                          f"{get_chip(chip).name} slices: "
                          + ", ".join(n for n, s in SLICES.items() if s.chip == get_chip(chip).name))
     return found
+
+
+def _slice_of_topology(topology: str, chip: str) -> Slice:
+    """The slice of `chip` whose physical topology is `topology` (``"4x4"`` -> v6e-16)."""
+    c = get_chip(chip).name
+    mine = {s.topology_text: s for s in SLICES.values() if s.chip == c}
+    if topology not in mine:
+        raise SpecError(f"no {c} slice has topology {topology!r}; {c} topologies: "
+                        + ", ".join(f"{t} ({s.name})" for t, s in mine.items()))
+    return mine[topology]
 
 
 def slice_table():

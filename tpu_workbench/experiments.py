@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from . import gang
 from .errors import WorkbenchError
 from .records import label, labelled_steps
 from .runner import stored, submit
@@ -96,7 +97,9 @@ def run_many(specs: Sequence[ExperimentSpec],
     found = [stored(spec, cold=cold) if reuse else None for spec in specs]
     pools: dict[int, WorkerPool] = {}
     if cold:
-        pools = {i: WorkerPool(max_workers=1) for i, f in enumerate(found) if f is None}
+        # a gang launches its own processes (tpu_workbench.gang): no pool worker to start
+        pools = {i: WorkerPool(max_workers=1) for i, f in enumerate(found)
+                 if f is None and not _is_gang(specs[i])}
         _start_early(specs, pools)
     try:
         for spec, result in zip(specs, found, strict=True):  # bad input fails before any run
@@ -156,6 +159,13 @@ def _measure(spec: ExperimentSpec, pool: WorkerPool | None, kwargs: dict[str, An
         out.partial.append(labelled_steps(spec, getattr(exc, "records", []),
                                           getattr(exc, "run_id", "")))
         return None
+
+
+def _is_gang(spec: ExperimentSpec) -> bool:
+    try:
+        return gang.is_gang(spec)
+    except (KeyError, TypeError):  # a malformed spec: validation says what is wrong
+        return False
 
 
 def _start_early(specs: Sequence[ExperimentSpec], pools: dict[int, WorkerPool]) -> None:

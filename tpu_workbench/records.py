@@ -32,7 +32,18 @@ a ``kind``:
                 ``top_logit`` (first prompt of the batch); its ``compile`` records add
                 ``strategy``, ``request``, ``token``, ``phase``
                 (:data:`tpu_workbench.generation.TOKEN_COLUMNS`)
+``collective``  a gang only (:mod:`tpu_workbench.gang`): one collective of the step rank 0
+                counted with ``CommDebugMode``: ``step``, ``collective`` (all-gather,
+                reduce-scatter, all-reduce...), ``op`` (the c10d op), ``module``, ``phase``
+                (forward / backward), ``bytes`` and ``shape`` of its result, ``group`` (ranks)
+``gang``        a gang only: ``launcher_pid`` (torchrun), ``rank_pids``, ``processes``,
+                ``command``
 =============== ===============================================================================
+
+A gang's ``step`` records (rank 0's) also carry ``rank_wall_ms`` (every rank's step time, in
+rank order: stragglers show), ``rank_loss`` (each rank's loss on its slice of the batch),
+``slowest_rank`` and ``comm_debug`` (the step ran under ``CommDebugMode``); ``loss`` is the
+whole batch's (the ranks' mean).
 
 TorchTPU ``step`` records also carry ``sync_ms``: the step timed to when
 ``torch.accelerator.synchronize()`` returned, where ``wall_ms`` runs on to the loss's

@@ -170,7 +170,9 @@ class ExperimentSpec:
         device: ``auto`` (TPU if one is free, else CPU), ``cpu``, ``tpu`` or ``cuda``.
         num_devices: virtual XLA:CPU devices; None (the default): the mesh's device count, or 8
             (a v6e-8 host) without a mesh. Ignored on a TPU. :attr:`device_count` says which.
-        mesh, strategy: SPMD device mesh shape and sharding strategy (sharding issue).
+        mesh, strategy: SPMD device mesh shape and sharding strategy (sharding issue); with
+            ``torch_eager`` or a TorchTPU mode, a gang: one process per device under torchrun,
+            DTensor over gloo (``tpu_dist`` on chips), see :mod:`tpu_workbench.gang`.
         xla_flags: extra ``XLA_FLAGS``, e.g. ``("--xla_cpu_use_thunk_runtime=true",)``.
         capture: artifacts to capture in the worker: ``hlo`` (XLA's dumps), ``profile`` (a
             trace of the steps), ``checkpoint`` (the trained weights, ``model.pt``).
@@ -290,13 +292,8 @@ class ExperimentSpec:
             raise SpecError(f"persistent_cache=True needs an XLA mode (eager, lazy, compile, "
                             f"dynamo); mode {self.mode!r} compiles no XLA executables")
         if self.mesh is not None:
-            if MODES[self.mode].runtime == "torch_tpu":
-                raise SpecError(f"mesh={self.mesh} needs an XLA mode (SPMD); TorchTPU mode "
-                                f"{self.mode!r} shards with DTensor, one process per chip: "
-                                "tpu_workbench.dtensor_sharding.layout(...)")
-            if MODES[self.mode].runtime != "xla":
-                raise SpecError(f"mesh={self.mesh} needs an XLA mode (SPMD); mode {self.mode!r} "
-                                "runs on plain PyTorch")
+            if MODES[self.mode].runtime != "xla":  # a gang: a process per device (torchrun)
+                _check_gang(self)
             if self.num_devices is not None and math.prod(self.mesh) != self.num_devices:
                 raise SpecError(
                     f"mesh {'x'.join(map(str, self.mesh))} has {math.prod(self.mesh)} devices but "
@@ -418,6 +415,26 @@ def _check_runtime(spec: ExperimentSpec) -> None:
                         "torch 2.13 in .venv-torchtpu); use .venv, or mingpt, unet or mlp here")
 
 
+GANG_MODES = ("torch_eager", "tpu_eager", "tpu_fused", "tpu_compile")
+
+
+def _check_gang(spec: ExperimentSpec) -> None:
+    """A mesh with a plain-PyTorch or TorchTPU mode runs as a gang, one process per device
+    under torchrun with DTensor (:mod:`tpu_workbench.gang`): gloo on the CPU, tpu_dist on
+    chips. What a gang does not offer is refused here, before anything starts."""
+    if spec.mode not in GANG_MODES:
+        raise SpecError(f"mesh={spec.mesh} with mode {spec.mode!r}: a mesh runs SPMD in an XLA "
+                        f"mode (eager, lazy, compile, dynamo) or as a gang of processes in "
+                        f"{', '.join(GANG_MODES)}; inductor is not offered for a gang")
+    if MODES[spec.mode].runtime == "torch" and spec.device not in ("auto", "cpu"):
+        raise SpecError(f"device={spec.device!r} with mesh={spec.mesh}: a plain-PyTorch gang "
+                        "runs on the CPU (gloo); use device='auto' or 'cpu'")
+    for name, value in (("capture", spec.capture), ("change", spec.change)):
+        if value:
+            raise SpecError(f"{name}={value!r} is not offered for a gang (mesh={spec.mesh} with "
+                            f"mode {spec.mode!r}); run it in one process (no mesh) or SPMD")
+
+
 def _positive_int(name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise SpecError(f"{name} must be a positive int, got {value!r}")
@@ -451,6 +468,8 @@ def resolve_device(runtime: str, requested: str) -> str:
 def runtime_config(spec: ExperimentSpec) -> RuntimeConfig:
     """The worker configuration that can run `spec` (validates the spec's device first)."""
     mode = MODES[spec.mode]
+    if spec.mesh is not None and mode.runtime == "torch":
+        return RuntimeConfig("torch", "cpu")  # a gang: gloo ranks on the CPU
     device = resolve_device(mode.runtime, spec.device)
     if mode.runtime == "xla":
         n = spec.device_count if device == "cpu" else 0  # 0: all chips the TPU host has
