@@ -288,6 +288,67 @@ def _(model, run_persistent):
 
 @app.cell(hide_code=True)
 def _():
+    mo.md(r"""
+    ## A batch-size sweep, here or on a Ray cluster
+
+    How does the steady step time grow with the batch? One run per batch size, each in a
+    workbench worker of its own. The **local** engine runs them one after another on this
+    host's worker pool; **ray** makes each run a Ray task (an embedded local Ray here, a
+    cluster with `tpu-workbench sweep --engine ray --address HOST:6379`): Ray places the
+    worker on a node, streams its records back while it trains, and runs it again elsewhere if
+    its node dies. Every run's results folder lands here either way, with the node that ran it.
+    """)
+    return
+
+
+@app.cell
+def _():
+    sweep_form = mo.md("{engine} {mode} {batch_sizes}").batch(
+        engine=mo.ui.dropdown(["local", "ray"], value="local", label="engine"),
+        mode=mo.ui.dropdown(wb.available_modes(), value="torch_eager", label="mode"),
+        batch_sizes=mo.ui.multiselect(["4", "8", "16", "32", "64", "128"],
+                                      value=["8", "16", "32"], label="batch sizes"),
+    ).form(submit_button_label="sweep", bordered=False)
+    sweep_form
+    return (sweep_form,)
+
+
+@app.cell
+def _(model, sweep_form):
+    # A sweep is several cold workers: it runs only when the form is submitted.
+    mo.stop(sweep_form.value is None, mo.callout(mo.md(
+        "Pick an engine and the batch sizes, then press **sweep**."), kind="info"))
+    _chosen = sweep_form.value
+    mo.stop(not _chosen["batch_sizes"], mo.callout(mo.md("Pick at least one batch size."),
+                                                    kind="info"))
+    _base = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
+                              mode=_chosen["mode"], steps=3 if SMOKE else 10)
+    _specs = wb.grid(_base, {"batch_size": sorted(int(b) for b in _chosen["batch_sizes"])})
+    _live = wb.LiveSteps(_specs, show=lambda f: mo.output.replace(wb.charts.step_times(f)))
+    with mo.status.spinner(title=f"sweep of {len(_specs)} runs ({_chosen['engine']})"):
+        swept = wb.sweep(_specs, engine=_chosen["engine"], on_record=_live)
+    mo.output.replace(wb.charts.step_times(swept.steps) if len(swept.steps) else mo.md(""))
+    return (swept,)
+
+
+@app.cell
+def _(swept):
+    _summary = swept.summary
+    mo.stop(_summary.empty, mo.callout(mo.md("No run of the sweep finished:\n\n" + "\n".join(
+        f"- {e}" for e in swept.errors.values())), kind="danger"))
+    wb.charts.sweep_times(_summary, "batch_size")
+    return
+
+
+@app.cell
+def _(swept):
+    nb.table(swept.runs[["batch_size", "state", "host", "node", "attempts", "run_id"]],
+             label="one row per run: where it ran")
+    return
+
+
+@app.cell(hide_code=True)
+def _():
     mo.md(f"""
     ## Workshop exercise
 

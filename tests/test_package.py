@@ -41,3 +41,14 @@ def test_no_module_is_oversized():
     sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines())
              for p in PACKAGE.rglob("*.py")}
     assert {k: v for k, v in sizes.items() if v > 550} == {}
+
+
+def test_sweeps_import_no_ray_until_a_ray_sweep_runs():
+    """`wb.sweep`/`wb.grid` and the CLI's sweep module load Ray only inside a Ray sweep."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tpu_workbench as wb; wb.sweep, wb.grid, wb.SweepResult; "
+            "import tpu_workbench.cli.sweep, tpu_workbench.sweeps; print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout

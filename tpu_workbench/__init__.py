@@ -33,11 +33,18 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "run": ("runner", "run"), "submit": ("runner", "submit"), "probe": ("runner", "probe"),
     "RunResult": ("store", "RunResult"), "WorkerPool": ("workers", "WorkerPool"),
     "default_pool": ("workers", "default_pool"), "reusable": ("store", "reusable"),
+    "warm_workers": ("worker_template", "warm"),
     "load_result": ("store", "load_result"), "fingerprint": ("store", "fingerprint"),
     "run_many": ("experiments", "run_many"), "Comparison": ("experiments", "Comparison"),
+    "sweep": ("sweeps", "sweep"), "grid": ("sweeps", "grid"),
+    "SweepResult": ("sweeps", "SweepResult"), "LiveSteps": ("sweeps", "LiveSteps"),
     "predict": ("planning", "predict"), "fit_check": ("planning", "fit_check"),
     "predicted_step_times": ("charts.predict", "predicted_step_times"),
     "get_slice": ("chips", "get_slice"), "slice_table": ("chips", "slice_table"),
+    "launch_plan": ("launch", "launch_plan"), "LaunchPlan": ("launch", "LaunchPlan"),
+    "launch_runtimes": ("launch", "RUNTIMES"), "launch_vias": ("launch", "VIAS"),
+    "step_collectives": ("slice_plan", "step_collectives"),
+    "model_step_collectives": ("slice_plan", "model_step_collectives"),
     "run_acceptance": ("acceptance", "acceptance"),
     "tpu_holder_details": ("backends", "tpu_holder_details"),
     "cache_study": ("compile_cache", "cache_study"), "CacheStudy": ("compile_cache", "CacheStudy"),
@@ -69,7 +76,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
         "RunTimeout", "RunCancelled")},
     # analysis modules
     **{name: (name, None) for name in (
-        "charts", "compile_cache", "generation", "hlo", "notebook", "profiling", "sharding",
+        "charts", "compile_cache", "gang", "generation", "hlo", "notebook", "profiling", "sharding",
         "torchtpu")},
 }
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import gang
 from .errors import RunCancelled, RunFailed, RunTimeout, SpecError, WorkerCrashed, WorkerError
 from .paths import results_dir
 from .records import records_frame
@@ -98,6 +99,8 @@ class Run:
             self._finish("failed", RunFailed(
                 f"run {self.run_id} failed in the worker: {message['etype']}: {message['message']}",
                 remote_type=message["etype"], remote_traceback=message.get("traceback", "")))
+        elif kind == "failed":  # a supervisor's own error (a gang's names its rank)
+            self._finish(message["state"], message["error"])
         elif kind == "cancelled":
             self._finish("cancelled", RunCancelled(f"run {self.run_id} was cancelled"))
         elif kind == "_eof":
@@ -148,25 +151,8 @@ class Run:
 
     def _save(self, target: Path, summary: dict[str, Any],
               environment: dict[str, Any] | None = None) -> None:
-        """Write records, spec and summary (and, for a completed run, where and when it was
-        measured) next to the worker's artifacts, then publish the folder under its final name
-        in one rename (so no reader sees it half-written)."""
         try:
-            self.partial_dir.mkdir(parents=True, exist_ok=True)
-            if environment is not None:
-                (self.partial_dir / ENVIRONMENT_FILE).write_text(
-                    json.dumps(environment, indent=2, default=str))
-            (self.partial_dir / "spec.json").write_text(json.dumps(self.spec.to_dict(), indent=2))
-            (self.partial_dir / "summary.json").write_text(
-                json.dumps(summary, indent=2, default=str))
-            frame = records_frame(self.records)
-            if len(frame):
-                frame.to_csv(self.partial_dir / "steps.csv", index=False)
-            with (self.partial_dir / "records.jsonl").open("w") as fh:  # every record, as sent
-                fh.writelines(json.dumps(r, default=str) + "\n" for r in self.records)
-            if target.exists():
-                shutil.rmtree(target)
-            self.partial_dir.rename(target)
+            save_run(self.partial_dir, target, self.spec, self.records, summary, environment)
         except OSError as exc:  # a full disk must not hide the run's own outcome
             self.worker.stderr_lines.append(f"[runner] could not save results to {target}: {exc}")
 
@@ -228,6 +214,27 @@ class Run:
         return self._result
 
 
+def save_run(partial_dir: Path, target: Path, spec: ExperimentSpec,
+             records: list[dict[str, Any]], summary: dict[str, Any],
+             environment: dict[str, Any] | None = None) -> None:
+    """Write records, spec and summary (and, for a completed run, where and when it was
+    measured) into `partial_dir`, next to the worker's artifacts, then publish the folder as
+    `target` in one rename (so no reader sees it half-written). Raises OSError."""
+    partial_dir.mkdir(parents=True, exist_ok=True)
+    if environment is not None:
+        (partial_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2, default=str))
+    (partial_dir / "spec.json").write_text(json.dumps(spec.to_dict(), indent=2))
+    (partial_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    frame = records_frame(records)
+    if len(frame):
+        frame.to_csv(partial_dir / "steps.csv", index=False)
+    with (partial_dir / "records.jsonl").open("w") as fh:  # every record, as sent
+        fh.writelines(json.dumps(r, default=str) + "\n" for r in records)
+    if target.exists():
+        shutil.rmtree(target)
+    partial_dir.rename(target)
+
+
 def _new_run_id(spec: ExperimentSpec, task: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     model = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.model)[-60:]  # "hf:llama", "dir/f.py:make"
@@ -248,7 +255,8 @@ def submit(spec: ExperimentSpec, *, timeout: float = DEFAULT_RUN_TIMEOUT_S,
     spec.validate()
     config = runtime_config(spec)
     fp = fingerprint(config, spec)  # before the run: what the environment was when it started
-    worker = (pool or default_pool()).worker(config)
+    # a mesh with a torch mode is a gang: N processes under torchrun, launched afresh
+    worker = gang.Gang(config) if gang.is_gang(spec) else (pool or default_pool()).worker(config)
     worker.reserve()
     try:
         run = Run(worker, spec, task, timeout, out_dir, fp)

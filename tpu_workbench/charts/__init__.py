@@ -24,6 +24,7 @@ from .sharding import (
     memory_bars,
     step_time_per_strategy,
 )
+from .sweep import sweep_times
 
 __all__ = [
     "cache_first_steps", "collective_bytes", "compiles_per_mode", "diff_chart",
@@ -31,4 +32,5 @@ __all__ = [
     "loss_curves", "memory_bars", "op_mix", "recompile_timeline", "roofline", "save_chart",
     "score_tiles", "steady_times", "step_breakdown",
     "fit_bars", "step_time_per_strategy", "step_times", "timeline", "top_ops",
+    "sweep_times",
 ]

@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = 
                 _subcommand("predict", "predict")),
     "generate": ("decode strategies x modes: tokens.csv, summary.csv and charts",
                  _subcommand("generate", "generate")),
+    "sweep": ("a grid of runs on the local pool or a Ray cluster: steps/summary.csv, charts",
+              _subcommand("sweep", "sweep")),
+    "launch": ("commands and environment for every host of a multi-host slice; --execute",
+               _subcommand("launch", "launch")),
     "acceptance": ("on a TPU VM: every 'only on a TPU' item checked, a Markdown + JSON report",
                    _subcommand("acceptance", "acceptance")),
 }
