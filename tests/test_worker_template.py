@@ -96,3 +96,16 @@ def test_workers_outlive_their_template_and_a_new_template_serves_the_next(resul
         assert first.proc.wait(10) is not None and not first.alive  # watched by its pid now
     finally:
         first.kill()
+
+
+def test_a_changed_process_environment_gets_a_template_of_its_own(results, monkeypatch):
+    before = worker_template._template()
+    monkeypatch.setenv("TPU_WORKBENCH_TEST_SETTING_TORCH_MIGHT_READ".removeprefix("TPU_"), "1")
+    worker = Worker(RuntimeConfig("torch", "cpu", 1))
+    try:
+        worker.wait_ready(120)
+        # forked, from a template started with the environment as it is now
+        assert worker.forked and worker_template._template() is not before
+        assert worker_template._template().env["WORKBENCH_TEST_SETTING_TORCH_MIGHT_READ"] == "1"
+    finally:
+        worker.stop()

@@ -121,11 +121,12 @@ class _Template:
     def usable(self) -> bool:
         return self.ready.wait(START_TIMEOUT_S) and self.ok and self.proc.poll() is None
 
-    def matches(self, env: dict[str, str]) -> bool:
+    def matches(self, env: dict[str, str], against: dict[str, str] | None = None) -> bool:
         """Whether a child with `env` is what a spawn with `env` would be: every variable that
-        differs from the template's is one torch does not read at import."""
-        keys = set(env) | set(self.env)
-        same = all(env.get(k) == self.env.get(k) or k.startswith(_CHILD_PREFIXES)
+        differs from the template's (or from `against`) is one torch does not read at import."""
+        base = self.env if against is None else against
+        keys = set(env) | set(base)
+        same = all(env.get(k) == base.get(k) or k.startswith(_CHILD_PREFIXES)
                    or k in _TEMPLATE_ENV_FIXED for k in keys)
         # Autoloading device backends at `import torch` (TorchTPU's loader) is on by default;
         # the template imported torch with it off, the same thing when none is installed.
@@ -192,12 +193,16 @@ def warm() -> None:
         _template(wait=False)
 
 
-def _template(wait: bool = True) -> _Template | None:
+def _template(wait: bool = True, restart: bool = False) -> _Template | None:
+    """The running template (started if need be); `restart`: a new one with this process's
+    environment as it is now (the old one exits; the workers it forked carry on)."""
     global _TEMPLATE, _FAILED
     with _LOCK:
         if _FAILED:
             return None
-        if _TEMPLATE is None or _TEMPLATE.proc.poll() is not None:
+        if restart and _TEMPLATE is not None:
+            _TEMPLATE.stop()
+        if restart or _TEMPLATE is None or _TEMPLATE.proc.poll() is not None:
             _TEMPLATE = _Template()
             import atexit
 
@@ -215,6 +220,14 @@ def fork_worker(python: str, device: str, env: dict[str, str]) -> ForkedProcess 
     if not enabled() or python != sys.executable or device != "cpu":
         return None
     template = _template()
+    if template is not None and not template.matches(env):
+        # This process's environment changed since the template started (a test's setenv, a
+        # user's os.environ edit): a template started now would match; one that differs from
+        # this process's own environment in what torch reads (OMP_NUM_THREADS) would not.
+        now = {**os.environ, **_TEMPLATE_ENV_FIXED}
+        if template.env == now or not template.matches(env, against=now):
+            return None
+        template = _template(restart=True)
     if template is None or not template.matches(env):
         return None
     try:
