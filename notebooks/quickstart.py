@@ -10,11 +10,9 @@ with app.setup:
 
     import tpu_workbench as wb
     from tpu_workbench import notebook as nb
-    from tpu_workbench import profiling, sharding
+    from tpu_workbench import sharding
 
     SMOKE = wb.smoke_mode()
-    # Workers fork from a process that imports torch once: start it while the page draws.
-    wb.warm_workers()
     # Smoke runs (CI) use the smallest model; a user gets the model picked below.
     SMOKE_MODEL = "mlp"
     # What every section measures when the notebook opens (before any click).
@@ -222,7 +220,7 @@ def _(backend, model, run_hlo):
     with mo.status.spinner(title="compiling with HLO dumps and profiling"):
         captured = wb.run(_spec, reuse=_reuse)
     hlo_ops, _s = nb.step_hlo(captured)
-    profile = profiling.load_profile(captured)
+    profile_ops = nb.profile_ops(captured)
     mo.md(f"""
     {nb.provenance(captured)}
 
@@ -231,7 +229,7 @@ def _(backend, model, run_hlo):
     {nb.xla_flops_text(_s)}; the analytic matmul count {_s["dot_flops"] / 1e9:.3f} GFLOP.
     The *HLO explorer* notebook goes further.
     """)
-    return hlo_ops, profile
+    return hlo_ops, profile_ops
 
 
 @app.cell
@@ -241,8 +239,8 @@ def _(hlo_ops):
 
 
 @app.cell
-def _(profile):
-    wb.charts.top_ops(profile.ops, n=12, width=420)
+def _(profile_ops):
+    wb.charts.top_ops(profile_ops, n=12, width=420)
     return
 
 
@@ -273,7 +271,8 @@ def _(backend, mesh, model, run_layout, strategy):
     _shape = sharding.MESHES[mesh.value]
     _model = SMOKE_MODEL if SMOKE else model.value
     _reuse = nb.reuse_ok() and not run_layout.value
-    _spec = wb.ExperimentSpec(model=_model, preset="tiny", mode="compile", steps=2,
+    # steps=0: torch_xla places the model on the mesh and reports the layout; nothing compiles
+    _spec = wb.ExperimentSpec(model=_model, preset="tiny", mode="compile", steps=0,
                               mesh=tuple(_shape), strategy=strategy.value)
     mo.stop(not nb.may_measure(OPENED, "layout", run_layout.value)
             and not (_reuse and backend["torch_xla_installed"] and wb.reusable(_spec)),

@@ -55,14 +55,16 @@ def _worker_starts(log: Path) -> int:
 def _first_chart(page, t0: float, timeout_s: float) -> float | None:
     """Seconds from t0 until a chart is drawn (None if the page goes idle without one)."""
     deadline = time.monotonic() + timeout_s
-    seen_busy = False
+    seen_busy, idle_at = False, None
     while time.monotonic() < deadline:
         if page.locator(CHARTS).evaluate_all(JS_WIDE):
             return time.monotonic() - t0
         busy = page.evaluate(JS_BUSY)
         if seen_busy and not busy:
-            page.wait_for_timeout(1500)  # a chart may still be drawing after its cell finished
-            return time.monotonic() - t0 if page.locator(CHARTS).evaluate_all(JS_WIDE) else None
+            # the browser may still be drawing charts seconds after their cells finished
+            idle_at = idle_at or time.monotonic()
+            if time.monotonic() - idle_at > 20:
+                return None
         seen_busy = seen_busy or busy > 0
         page.wait_for_timeout(50)
     raise TimeoutError("no chart and no run")

@@ -205,7 +205,8 @@ def test_failure_inside_worker_is_reported_and_worker_survives(pool, results):
     ({"mode": "jit"}, "unknown mode 'jit'; valid modes: torch_eager"),
     ({"model": "gpt5"}, "unknown model 'gpt5'; valid models: mlp"),
     ({"preset": "huge"}, "unknown preset 'huge' for model 'mlp'; valid presets: tiny"),
-    ({"steps": 0}, "steps must be a positive int, got 0"),
+    ({"steps": 0}, r"steps=0 \(lay the model out, train no step\) needs a mesh and an XLA mode"),
+    ({"steps": -1}, "steps must be a positive int, got -1"),
     ({"batch_size": -2}, "batch_size must be a positive int, got -2"),
     ({"device": "gpu"}, "unknown device 'gpu'"),
     ({"capture": ("hlo", "flamegraph")}, "unknown capture 'flamegraph'"),
@@ -269,3 +270,18 @@ def test_comparison_result_of_a_single_run(pool, results):
         failed.result()
     with pytest.raises(ValueError, match="needs exactly one run, this comparison has 2"):
         wb.Comparison(results=comparison.results * 2).result()
+
+
+def test_checking_a_spec_imports_no_torch():
+    """The notebook kernel checks every spec before a run: for minGPT and the MLP (and a mesh)
+    that must not cost it `import torch` (seconds on two cores)."""
+    code = ("import sys, tpu_workbench as wb\n"
+            "for s in (wb.ExperimentSpec(model='mingpt', mesh=(2, 4), strategy='dp_tp'),\n"
+            "          wb.ExperimentSpec(model='mlp', mode='lazy', steps=0, mesh=(8,),\n"
+            "                            strategy='dp')):\n"
+            "    s.validate()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]", out
+

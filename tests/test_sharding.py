@@ -80,6 +80,15 @@ def test_measured_layouts_match_prediction_for_every_tensor(runs, strategy):
             want[cols].to_dict("records"), tensor
 
 
+def test_a_layout_only_run_lays_out_what_a_trained_run_does(runs):
+    """steps=0: torch_xla places the model on the mesh and reports its layout, trains nothing
+    (the quickstart's layout on open) and has the very layout of the 3-step run."""
+    only = wb.run(_spec("dp_tp").replace(steps=0))
+    assert only.summary["steps"] == 0 and only.steps.empty
+    assert not [r for r in only.records if r.get("kind") in ("step", "compile")]
+    pd.testing.assert_frame_equal(sh.layout_frame(only), sh.layout_frame(runs["dp_tp"]))
+
+
 def test_tp_layout_of_c_fc_weight_by_hand(runs):
     """mlp.c_fc of block 0 is column-parallel: weight [512, 128] split on rows over the model
     axis. Device d sits at mesh (row, col) = (d // 4, d % 4) (np.arange(8) reshaped to 2x4), so

@@ -159,3 +159,19 @@ def test_a_derived_figure_is_computed_once_and_kept_whole_in_the_run_folder(stor
     assert sorted(p.name for p in (folder / "derived").iterdir()) == ["figure.json"]
     (folder / "derived" / "figure.json").write_text("{not json")  # a damaged file: computed anew
     assert store.derived(run, "figure", compute)["flops"] == 12.5 and len(calls) == 3
+
+
+def test_a_derived_frame_comes_back_with_its_columns_and_dtypes(stored, tmp_path):
+    import pandas as pd
+
+    folder = tmp_path / "copy"
+    shutil.copytree(stored[1].out_dir, folder)
+    frame = pd.DataFrame({"hlo_op": pd.array(["dot.1", "fusion.2"], dtype="string"),
+                          "inside": pd.array([None, "dot.1"], dtype="string"),
+                          "count": [3, 1], "self_us": [12.5, 0.25]})
+    calls = []
+    first = store.derived_frame(store.load_result(folder), "ops", lambda: calls.append(1) or frame)
+    again = store.derived_frame(store.load_result(folder), "ops", lambda: calls.append(1) or frame)
+    assert len(calls) == 1  # the second call read the kept file
+    for got in (first, again):
+        pd.testing.assert_frame_equal(got, frame)

@@ -81,9 +81,10 @@ def run_many(specs: Sequence[ExperimentSpec],
              on_record: Callable[[dict[str, Any], ExperimentSpec], None] | None = None
              ) -> Comparison:
     """Run `specs` in order; call ``on_update(steps_so_far, spec, steps_done)`` at most every
-    `every_s` seconds (and after each run) while they go on, and ``on_record(record, spec)``
-    for every record a worker streams (not for stored runs). A failed run is recorded in
-    ``Comparison.errors`` with its partial records, and the next spec still runs.
+    `every_s` seconds while they go on and after each run (once after stored runs in a row),
+    and ``on_record(record, spec)`` for every record a worker streams (not for stored runs).
+    A failed run is recorded in ``Comparison.errors`` with its partial records, and the next
+    spec still runs.
 
     ``cold=True`` gives every run a fresh worker, so its first step pays the full compile (a warm
     worker serves graphs it compiled before, for any mode, from its cache). The fresh workers
@@ -132,7 +133,8 @@ def run_many(specs: Sequence[ExperimentSpec],
                 done.append(out.partial[-1])
             if i in pools:
                 pools[i].shutdown()
-            update(spec)
+            if not (found[i] and i + 1 < len(specs) and found[i + 1]):
+                update(spec)  # stored runs in a row are reported once, after the last of them
     finally:  # an interrupted comparison leaves no started worker behind
         for own in pools.values():
             own.shutdown()

@@ -127,8 +127,10 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.5, chart=None,
             bar.update(increment=done - shown[0], subtitle=label(spec))
             shown[0] = done
             runs = frame["run_id"].nunique() if "run_id" in frame else 0
-            ended = runs > drawn["runs"] or done >= total  # a new run began: the last one ended
-            if len(frame) and (ended or time.monotonic() - drawn["at"] >= chart_every_s):
+            ended = runs > drawn["runs"]  # a new run began: the last one ended
+            # (the chart of all of them is drawn once they are done, below)
+            due = ended or time.monotonic() - drawn["at"] >= chart_every_s
+            if len(frame) and done < total and due:
                 mo.output.replace(with_chip_metrics(chart(frame), chip))
                 drawn.update(at=time.monotonic(), runs=runs)
 
@@ -165,17 +167,18 @@ def with_chip_metrics(step_chart, samples: list[dict]):
 def mesh_layout(model: str, mesh_shape: tuple[int, ...], strategy: str,
                 smoke: bool = False, reuse: bool = False):
     """Lay `model` (preset tiny) out on a mesh with the backend this environment has, and say
-    which: SPMD (torch_xla's partitioner, a 2-step run) where torch_xla is installed, else
-    DTensor with one process per device (gloo on CPU, TorchTPU's tpu_dist on a chip; two
-    processes in `smoke` runs). ``reuse=True`` takes a stored SPMD run of the same spec and
-    environment if there is one. Returns ``(layout frame, mesh shape used, a sentence on how)``."""
+    which: SPMD (torch_xla's sharding, a run that lays the model out and trains no step) where
+    torch_xla is installed, else DTensor with one process per device (gloo on CPU, TorchTPU's
+    tpu_dist on a chip; two processes in `smoke` runs). ``reuse=True`` takes a stored SPMD run
+    of the same spec and environment if there is one. Returns ``(layout frame, mesh shape used,
+    a sentence on how)``."""
 
     from . import backends, dtensor_sharding, sharding
     from .runner import run
     from .spec import ExperimentSpec
 
     if backends.have_torch_xla():
-        spec = ExperimentSpec(model=model, preset="tiny", mode="compile", steps=2,
+        spec = ExperimentSpec(model=model, preset="tiny", mode="compile", steps=0,
                               mesh=tuple(mesh_shape), strategy=strategy)
         how = ("The *sharding* notebook shows every tensor, memory per device and the "
                "collectives XLA inserted.")
@@ -289,6 +292,14 @@ def step_hlo(result) -> tuple:
     after = hlo.main_module(hlo.load_run_hlo(result), "after_optimizations")
     ops = hlo.instructions(after)
     return ops, store.derived(result, "hlo_summary", lambda: hlo.summary(after, frame=ops))
+
+
+def profile_ops(result):
+    """The HLO ops of a captured run's profile (:attr:`tpu_workbench.profiling.Profile.ops`),
+    kept in the run's folder: showing a stored run again does not read its trace again."""
+    from . import profiling, store
+
+    return store.derived_frame(result, "profile_ops", lambda: profiling.load_profile(result).ops)
 
 
 def xla_flops_text(summary: dict) -> str:

@@ -164,7 +164,8 @@ class ExperimentSpec:
         mode: one of :data:`MODES` (``torch_eager``, ``inductor``, ``eager``, ``lazy``,
             ``compile``, ``dynamo``; TorchTPU on a chip: ``tpu_eager``, ``tpu_fused``,
             ``tpu_compile``); :func:`available_modes` lists those that run here.
-        steps: training steps to run (the first one includes compilation).
+        steps: training steps to run (the first one includes compilation). ``0`` with a mesh
+            and an XLA mode: build the model, place it on the mesh and report its layout only.
         batch_size: None for the preset's default.
         seed: seeds the weights and the generated data.
         device: ``auto`` (TPU if one is free, else CPU), ``cpu``, ``tpu`` or ``cuda``.
@@ -262,7 +263,15 @@ class ExperimentSpec:
         family = models.get_model(self.model)  # raises SpecError for an unknown model
         _check_option_types(family, self.preset, self.options)
         cfg = family.config(self.preset, **self.options)  # raises for a bad preset or option
-        _positive_int("steps", self.steps)
+        if self.steps == 0 and _is_int(self.steps) and self.mesh is not None \
+                and MODES[self.mode].runtime == "xla":
+            pass  # lay the model out on the mesh and stop: no step, no compile
+        elif self.steps == 0 and _is_int(self.steps):
+            raise SpecError("steps=0 (lay the model out, train no step) needs a mesh and an XLA "
+                            "mode, e.g. mesh=(2, 4), mode='compile'; otherwise steps must be a "
+                            "positive int")
+        else:
+            _positive_int("steps", self.steps)
         if self.batch_size is not None:
             _positive_int("batch_size", self.batch_size)
         if self.device not in DEVICES:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backends import cpu_model, tpu_chips_on_pci, tpu_kind_on_pci
 from .models.user import source_digest
@@ -32,6 +32,9 @@ from .paths import results_dir
 from .records import records_frame
 from .spec import ExperimentSpec, RuntimeConfig, runtime_config
 from .torchtpu import worker_python
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The packages whose version changes what a run measures (absent ones are recorded as None).
 PACKAGES = ("torch", "torch_xla", "torch_tpu", "libtpu", "torchvision", "diffusers",
@@ -129,6 +132,17 @@ def derived(result: RunResult, name: str, compute: Callable[[], dict[str, Any]]
             tmp.write_text(json.dumps(value))
             os.replace(tmp, path)
     return value
+
+
+def derived_frame(result: RunResult, name: str, compute: Callable[[], pd.DataFrame]
+                  ) -> pd.DataFrame:
+    """:func:`derived` for a DataFrame of plain values (kept with its columns and dtypes)."""
+    import io
+
+    import pandas as pd
+
+    kept = derived(result, name, lambda: json.loads(compute().to_json(orient="table")))
+    return pd.read_json(io.StringIO(json.dumps(kept)), orient="table")
 
 
 def artifacts(folder: Path) -> dict[str, str]:

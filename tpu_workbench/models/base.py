@@ -9,14 +9,15 @@ interface, so they work on every model with no special cases.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import SpecError
 
-Batch = dict[str, torch.Tensor]
+if TYPE_CHECKING:  # a family's presets and checks need no torch; its models and batches do
+    import torch
+    from torch import nn
+
+Batch = dict[str, "torch.Tensor"]
 
 
 class ModelFamily:

@@ -7,13 +7,14 @@ nearest. The centres come from a fixed seed, so every batch belongs to the same 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-import torch.nn.functional as F
-from torch import nn
+from typing import TYPE_CHECKING
 
 from ..errors import SpecError
 from .base import Batch, ModelFamily
+
+if TYPE_CHECKING:  # imported where used: checking a spec needs no torch (the net: mlp_net)
+    import torch
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -22,17 +23,6 @@ class MLPConfig:
     d_hidden: int = 256
     n_classes: int = 10
     batch_size: int = 32
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg: MLPConfig):
-        super().__init__()
-        self.fc1 = nn.Linear(cfg.d_in, cfg.d_hidden)
-        self.fc2 = nn.Linear(cfg.d_hidden, cfg.d_hidden)
-        self.head = nn.Linear(cfg.d_hidden, cfg.n_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(F.gelu(self.fc2(F.gelu(self.fc1(x)))))
 
 
 class MLPFamily(ModelFamily):
@@ -50,17 +40,25 @@ class MLPFamily(ModelFamily):
             raise SpecError(f"mlp n_classes must be at least 2, got {cfg.n_classes}")
 
     def build(self, cfg: MLPConfig) -> nn.Module:
-        return MLP(cfg)
+        from .mlp_net import MLP
+
+        return MLP(cfg.d_in, cfg.d_hidden, cfg.n_classes)
 
     def _centres(self, cfg: MLPConfig) -> torch.Tensor:
+        import torch
+
         return torch.randn(cfg.n_classes, cfg.d_in, generator=torch.Generator().manual_seed(1234))
 
     def make_batch(self, cfg: MLPConfig, batch_size: int, generator: torch.Generator) -> Batch:
+        import torch
+
         x = torch.randn(batch_size, cfg.d_in, generator=generator)
         y = torch.cdist(x, self._centres(cfg)).argmin(dim=1)
         return {"x": x, "y": y}
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        import torch.nn.functional as F
+
         return F.cross_entropy(model(batch["x"]), batch["y"])
 
     def evaluate(self, model: nn.Module, batch: Batch) -> torch.Tensor:

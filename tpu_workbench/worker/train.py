@@ -39,7 +39,7 @@ def _batches(spec: ExperimentSpec, family: Any, cfg: Any,
     """The run's generated batches on the CPU: training, after ``spec.change`` (batch_size,
     seq_len; else none), and the evaluation batch."""
     gen = torch.Generator().manual_seed(spec.seed)
-    n_batches = min(spec.steps, N_BATCHES)
+    n_batches = max(min(spec.steps, N_BATCHES), 1)  # steps=0 (a layout only) places one
     batches = [family.make_batch(cfg, batch_size, gen) for _ in range(n_batches)]
     changed: list[Batch] = []
     if spec.change == "batch_size":
@@ -76,6 +76,10 @@ def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, An
     build_s = time.perf_counter() - started  # model, batches, backend setup, placement
     ctx.emit({"kind": "info", "n_params": n_params, "batch_size": batch_size,
               "device": str(backend.device), "build_s": build_s})
+    if spec.steps == 0:  # the layout alone (records above): nothing to train or evaluate
+        return {"model": spec.model, "preset": spec.preset, "mode": spec.mode, "steps": 0,
+                "batch_size": batch_size, "n_params": n_params, "device": str(backend.device),
+                "build_s": build_s}
     hlo_capture = backend.hlo_capture() if "hlo" in spec.capture else None
     profiler = backend.profiler(ctx.out_dir / "profile") if "profile" in spec.capture else None
     monitor = ChipMonitor()  # libtpu's live chip metrics; unavailable (and why) without a chip
