@@ -107,7 +107,10 @@ def change_and_run(page, label: str, button: str, value: str | None = None) -> s
         done = f"{label}: {before} -> {new}"
     # Its run button: its own form's, else the first matching button in its row or below.
     forms = page.locator("marimo-form").filter(has=page.get_by_label(label, exact=True))
-    own = forms.last.get_by_role("button", name=re.compile(button, re.I)) if forms.count() else None
+    # the form of the control changed: the first with that label, as `_control` picks (the
+    # sharding notebook has three forms with a "strategy")
+    own = (forms.first.get_by_role("button", name=re.compile(button, re.I))
+           if forms.count() else None)
     if own is not None and own.count():
         own.first.click()
         return done
