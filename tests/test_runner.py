@@ -206,6 +206,7 @@ def test_failure_inside_worker_is_reported_and_worker_survives(pool, results):
     ({"model": "gpt5"}, "unknown model 'gpt5'; valid models: mlp"),
     ({"preset": "huge"}, "unknown preset 'huge' for model 'mlp'; valid presets: tiny"),
     ({"steps": 0}, r"steps=0 \(lay the model out, train no step\) needs a mesh and an XLA mode"),
+    ({"steps": 0, "mode": "lazy", "mesh": (2, 4), "capture": ("hlo",)}, "captures nothing"),
     ({"steps": -1}, "steps must be a positive int, got -1"),
     ({"batch_size": -2}, "batch_size must be a positive int, got -2"),
     ({"device": "gpu"}, "unknown device 'gpu'"),

@@ -263,13 +263,11 @@ class ExperimentSpec:
         family = models.get_model(self.model)  # raises SpecError for an unknown model
         _check_option_types(family, self.preset, self.options)
         cfg = family.config(self.preset, **self.options)  # raises for a bad preset or option
-        if self.steps == 0 and _is_int(self.steps) and self.mesh is not None \
-                and MODES[self.mode].runtime == "xla":
-            pass  # lay the model out on the mesh and stop: no step, no compile
-        elif self.steps == 0 and _is_int(self.steps):
-            raise SpecError("steps=0 (lay the model out, train no step) needs a mesh and an XLA "
-                            "mode, e.g. mesh=(2, 4), mode='compile'; otherwise steps must be a "
-                            "positive int")
+        if _is_int(self.steps) and self.steps == 0:  # lay the model out on a mesh, no step
+            if self.mesh is None or MODES[self.mode].runtime != "xla" or self.capture:
+                raise SpecError("steps=0 (lay the model out, train no step) needs a mesh and an "
+                                "XLA mode and captures nothing, e.g. mesh=(2, 4), "
+                                "mode='compile'; otherwise steps must be a positive int")
         else:
             _positive_int("steps", self.steps)
         if self.batch_size is not None:
