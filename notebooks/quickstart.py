@@ -22,16 +22,6 @@ with app.setup:
     # Sections that have run since the notebook opened (see `nb.may_measure`).
     OPENED: set[str] = set()
 
-    def training_specs(model: str, modes: list[str], steps: int) -> list:
-        """The comparison's runs: one per mode (smoke runs: the smallest model, 5 steps)."""
-        return [wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model, preset="tiny", mode=m,
-                                  steps=5 if SMOKE else steps) for m in modes]
-
-    # Workers fork from a process that imports torch once: start it while the page draws,
-    # unless the runs shown on open are stored (a re-open that reuses them needs no worker).
-    nb.warm_unless_stored(training_specs(DEFAULT_MODEL, wb.default_modes(), DEFAULT_STEPS),
-                          cold=not SMOKE)
-
 
 @app.cell(hide_code=True)
 def _():
@@ -136,7 +126,9 @@ def _():
 @app.cell
 def _(model, modes, run_training, steps):
     _go = nb.may_measure(OPENED, "training", run_training.value)
-    specs = training_specs(model.value, modes.value, steps.value)
+    specs = [wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
+                               mode=_m, steps=5 if SMOKE else steps.value)
+             for _m in modes.value]
     mo.stop(not specs, mo.callout(mo.md("Pick at least one mode above."), kind="info"))
     _reuse = nb.reuse_ok() and not run_training.value
     mo.stop(not _go and not (_reuse and all(wb.reusable(_s, cold=not SMOKE) for _s in specs)),

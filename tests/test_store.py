@@ -175,19 +175,3 @@ def test_a_derived_frame_comes_back_with_its_columns_and_dtypes(stored, tmp_path
     assert len(calls) == 1  # the second call read the kept file
     for got in (first, again):
         pd.testing.assert_frame_equal(got, frame)
-
-
-def test_the_worker_template_starts_early_only_when_a_run_must_be_measured(stored, monkeypatch):
-    from tpu_workbench import notebook as nb
-    from tpu_workbench import worker_template
-
-    root, _ = stored
-    monkeypatch.setenv("TPU_WORKBENCH_RESULTS", str(root))
-    monkeypatch.delenv("TPU_WORKBENCH_SMOKE", raising=False)
-    monkeypatch.delenv("TPU_WORKBENCH_FRESH", raising=False)
-    warmed = []
-    monkeypatch.setattr(worker_template, "warm", lambda: warmed.append(1))
-    assert not nb.warm_unless_stored([SPEC]) and not warmed  # stored: a re-open needs no worker
-    assert nb.warm_unless_stored([SPEC, SPEC.replace(steps=4)]) and warmed == [1]
-    monkeypatch.setenv("TPU_WORKBENCH_FRESH", "1")  # the docs export measures afresh
-    assert nb.warm_unless_stored([SPEC]) and warmed == [1, 1]

@@ -32,18 +32,6 @@ def reuse_ok() -> bool:
     return not smoke_mode() and os.environ.get(FRESH_ENV) != "1"
 
 
-def warm_unless_stored(specs: list, cold: bool = False) -> bool:
-    """Start the worker template (:func:`tpu_workbench.warm_workers`: it imports torch while the
-    page draws) unless every one of `specs` has a stored run the notebook will show instead, so
-    that a re-open leaves both cores to the browser. Returns whether it started it."""
-    from . import store, worker_template
-
-    if reuse_ok() and all(store.reusable(s, cold=cold) for s in specs):
-        return False
-    worker_template.warm()
-    return True
-
-
 def may_measure(opened: set[str], section: str, clicked: bool) -> bool:
     """Whether a notebook's `section` may start a worker now: on its first run since the
     notebook opened (`opened` holds the sections that ran) or when its run button was clicked.
