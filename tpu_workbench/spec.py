@@ -165,7 +165,8 @@ class ExperimentSpec:
             ``compile``, ``dynamo``; TorchTPU on a chip: ``tpu_eager``, ``tpu_fused``,
             ``tpu_compile``); :func:`available_modes` lists those that run here.
         steps: training steps to run (the first one includes compilation). ``0`` with a mesh
-            and an XLA mode: build the model, place it on the mesh and report its layout only.
+            and an XLA mode (and no capture): build the model, place it on the mesh and report
+            its layout only; nothing compiles.
         batch_size: None for the preset's default.
         seed: seeds the weights and the generated data.
         device: ``auto`` (TPU if one is free, else CPU), ``cpu``, ``tpu`` or ``cuda``.
