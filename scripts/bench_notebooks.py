@@ -7,10 +7,13 @@ For each notebook, each repetition:
   re-open      a new server on the same results folder, so stored runs are reused: seconds to idle;
   change+run   on that page, one control changed and its run button pressed: seconds to idle.
 Every row also says how many worker processes started (the runner's TPU_WORKBENCH_WORKER_LOG).
+`--notebooks floor` times marimo's own floor on this machine: a notebook of one cell that
+imports what the workbench's setup cells import (marimo, pandas, altair) and draws one bar chart.
+No notebook can open faster than that here.
 Times start when the page is opened (the server is already up: see the `server start` row), in
 a 1400x900 window (`--height`).
 
-    .venv/bin/python scripts/bench_notebooks.py --repeat 3 --notebooks quickstart,sharding
+    .venv/bin/python scripts/bench_notebooks.py --repeat 3 --notebooks floor,quickstart,sharding
     .venv/bin/python scripts/bench_notebooks.py --repeat 1 --notebooks quickstart --json b.json
 
 A benchmark, not a test: it reports, it does not judge. Run it on an idle machine; the load
@@ -45,7 +48,26 @@ JS_WIDE = "els => els.filter(e => e.getBoundingClientRect().width > 50).length"
 INTERACTIONS = {
     "quickstart": {"label": "steps", "button": r"^(run|train|measure)"},
     "sharding": {"label": "strategy", "button": r"^run$", "value": "fsdp"},
+    "floor": None,  # FLOOR below: nothing to change
 }
+FLOOR = '''import marimo
+
+app = marimo.App()
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import pandas as pd
+
+    alt.Chart(pd.DataFrame({"x": [1, 2, 3], "y": [3, 1, 2]})).mark_bar().encode(x="x:O", y="y:Q")
+    return
+
+
+if __name__ == "__main__":
+    app.run()
+'''
 
 
 def _worker_starts(log: Path) -> int:
@@ -126,8 +148,12 @@ def change_and_run(page, label: str, button: str, value: str | None = None) -> s
 
 def one_repetition(name: str, timeout_s: float, env: dict[str, str],
                    height: int = 900) -> dict:
-    notebook = ROOT / "notebooks" / f"{name}.py"
     work = Path(tempfile.mkdtemp(prefix="tpu-workbench-bench-"))
+    notebook = ROOT / "notebooks" / f"{name}.py"
+    if name == "floor":  # beside a pyproject that runs it on open, as the project's does
+        notebook = work / "floor.py"
+        notebook.write_text(FLOOR)
+        (work / "pyproject.toml").write_text("[tool.marimo.runtime]\nauto_instantiate = true\n")
     log = work / "workers.log"
     env = {**env, "TPU_WORKBENCH_RESULTS": str(work / "results"),
            "TPU_WORKBENCH_WORKER_LOG": str(log)}
@@ -149,7 +175,7 @@ def one_repetition(name: str, timeout_s: float, env: dict[str, str],
                     row[f"{phase}_chart_s"] = chart
                     row[f"{phase}_idle_s"] = idle - t0
                     row[f"{phase}_workers"] = _worker_starts(log) - starts
-                    if phase == "reopen":
+                    if phase == "reopen" and INTERACTIONS[name]:
                         row["reopen_reused_labels"] = page.evaluate(
                             "() => (document.body.innerText.match(/Reused/g) || []).length")
                         spec = INTERACTIONS[name]
@@ -177,6 +203,8 @@ def summarize(rows: list[dict]) -> str:
     for name in dict.fromkeys(r["notebook"] for r in rows):
         mine = [r for r in rows if r["notebook"] == name]
         for title, key in COLUMNS + COUNTS:
+            if not any(key in r for r in mine):  # the floor changes nothing
+                continue
             vals = [r[key] for r in mine if r.get(key) is not None]
             if not vals:
                 lines.append(f"| {name} | {title} | - | - | 0 |")
@@ -185,14 +213,15 @@ def summarize(rows: list[dict]) -> str:
             lines.append(f"| {name} | {title} | {fmt.format(statistics.median(vals))} | "
                          f"{fmt.format(min(vals))}-{fmt.format(max(vals))} | {len(vals)} |")
         changes = sorted({r["change"] for r in mine if "change" in r})
-        lines.append(f"| {name} | control changed | {'; '.join(changes)} | | |")
+        if changes:
+            lines.append(f"| {name} | control changed | {'; '.join(changes)} | | |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="repetitions per notebook (default 3)")
-    ap.add_argument("--notebooks", default="quickstart,sharding",
+    ap.add_argument("--notebooks", default="floor,quickstart,sharding",
                     help=f"comma-separated, from: {', '.join(INTERACTIONS)}")
     ap.add_argument("--timeout", type=float, default=900, metavar="S",
                     help="seconds to wait for any one phase (default 900)")

@@ -199,6 +199,10 @@ class Backend:
         """One ``kind="compile"`` record per compilation of `step` (XLA only)."""
         return []
 
+    def evaluation_device(self) -> torch.device:
+        """Where the trained model is evaluated on the held-out batch (in eager PyTorch)."""
+        return self.device
+
     def after_evaluation(self) -> None:
         """The evaluation compiled a graph of its own: not a training step's compile."""
 

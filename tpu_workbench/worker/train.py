@@ -50,6 +50,15 @@ def _batches(spec: ExperimentSpec, family: Any, cfg: Any,
     return batches, changed, evaluation
 
 
+def _evaluate(family: Any, model: torch.nn.Module, batch: Batch, device: torch.device) -> float:
+    """The family's metric of the trained `model` on the held-out `batch`, on `device` (the
+    model moves there: training is over)."""
+    model.eval()
+    with torch.no_grad():
+        model.to(device)
+        return float(family.evaluate(model, {k: v.to(device) for k, v in batch.items()}).to("cpu"))
+
+
 def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, Any]:
     """Train per `spec_dict` (an ExperimentSpec as a dict) on `backend`, streaming one record
     per step; return the run's summary."""
@@ -89,10 +98,7 @@ def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, An
     if "checkpoint" in spec.capture:  # trained weights, on the CPU, for sampling or inspection
         torch.save({k: v.detach().to("cpu") for k, v in model.state_dict().items()},
                    ctx.out_dir / "model.pt")
-    model.eval()
-    with torch.no_grad():
-        on_device = {k: v.to(backend.device) for k, v in eval_batch.items()}
-        metric = float(family.evaluate(model, on_device).to("cpu"))
+    metric = _evaluate(family, model, eval_batch, backend.evaluation_device())
     backend.after_evaluation()
     return {
         "model": spec.model, "preset": spec.preset, "mode": spec.mode, "steps": spec.steps,

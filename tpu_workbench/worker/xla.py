@@ -310,6 +310,14 @@ class XLABackend(Backend):
                         "explain_compiles=True for torch_xla's cause"})
         return out
 
+    def evaluation_device(self) -> torch.device:
+        """The host CPU on XLA:CPU, whose device is that CPU anyway: eager PyTorch evaluates
+        there with no program of its own to compile (minGPT tiny 1.7 s, UNet tiny 7 s of
+        XLA:CPU compile saved per run). A TPU evaluates on the chip."""
+        import torch_xla.runtime as xr
+
+        return torch.device("cpu") if xr.device_type() == "CPU" else self.device
+
     def after_evaluation(self) -> None:
         self.log.new_events()
 
