@@ -248,7 +248,8 @@ def _():
     8 virtual XLA:CPU devices stand in for a v6e-8's 2x4 chips (the SPMD partitioner is the
     same). `tp` and `dp_tp` split attention heads and MLP widths over the model axis (Llama's
     q/k/v/gate/up column-parallel, o/down row-parallel); with grouped-query attention the KV
-    heads must divide the model axis too.
+    heads must divide the model axis too. The model is only laid out here (`steps=0`):
+    nothing is compiled or trained.
     """)
     return
 
@@ -267,7 +268,7 @@ def _(model_ref, options, preset, run_layout, strategy):
         "**Skipped: this environment has no torch_xla** (no SPMD partitioner)."), kind="info"))
     _shape = sharding.MESHES["v6e-8"]
     _spec = wb.ExperimentSpec(model=model_ref, preset=preset, options=options, mode="compile",
-                              steps=2, mesh=tuple(_shape), strategy=strategy.value)
+                              steps=0, mesh=tuple(_shape), strategy=strategy.value)
     _reuse = nb.reuse_ok() and not run_layout.value
     mo.stop(not nb.may_measure(OPENED, "layout", run_layout.value)
             and not (_reuse and wb.reusable(_spec)),
