@@ -43,6 +43,11 @@ def test_whole_step_modes_compile_exactly_once(all_modes, mode):
     assert row["compiles_total"] == 1
     assert row["compiles_steady"] == 0
     assert row["executions_per_step"] == 1
+    result = next(r for r in all_modes.results if r.spec.mode == mode)
+    # the worker compiled nothing else: XLA:CPU evaluates the trained model in eager PyTorch
+    assert result.summary["cache"]["compiles"] == 1
+    torch_eager = next(r for r in all_modes.results if r.spec.mode == "torch_eager")
+    assert result.summary["metric"] == pytest.approx(torch_eager.summary["metric"], abs=0.05)
 
 
 def test_eager_compiles_many_small_graphs(all_modes):
