@@ -362,6 +362,11 @@ ENTRY %main.1 (p: f32[16,64]) -> f32[16,64] {
     # over all 8 (both axes, two links at once): 2 x 7/8 x 4096 / 2e11 + 2 x (1 + 3) hops.
     assert frame["estimated_us"].iloc[0] == pytest.approx(0.04096 + 2.0)
     assert frame["estimated_us"].iloc[3] == pytest.approx(0.03584 + 8.0)
+    # The parse is kept per HLO text; each call gets its own frame, for its own mesh.
+    frame["kind"] = "changed by the caller"
+    again = sh.collectives_frame(None, hlo_text=hlo, mesh_shape=(8, 1))
+    assert list(again["kind"])[:2] == ["all-reduce", "all-gather"]
+    assert list(again["axis"]) != list(frame["axis"])
 
 
 def test_cli_rejects_bad_input_before_running(tmp_path):

@@ -3,6 +3,7 @@ model; :func:`ici_assumptions` says what it assumes)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -106,6 +107,15 @@ def _group_axes(groups: list[list[int]] | None, group_size: int,
     return spanned if math.prod(spanned) == group_size else (group_size,)
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed_collectives(hlo_text: str) -> pd.DataFrame:
+    """:func:`tpu_workbench.hlo.collectives` of `hlo_text`, parsed once per process: a notebook
+    asks for the same run's collectives in several cells (about 0.5 s a parse here)."""
+    from .. import hlo
+
+    return hlo.collectives(hlo_text)
+
+
 def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = None,
                       mesh_shape: Sequence[int] | None = None) -> pd.DataFrame:
     """Collectives XLA inserted into the partitioned train step, with an ICI time estimate.
@@ -138,7 +148,8 @@ def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = Non
         hlo_text = step.read_text()
     if mesh_shape is None and getattr(result, "spec", None) is not None:
         mesh_shape = result.spec.mesh
-    frame = hlo.collectives(hlo_text)
+    frame = _parsed_collectives(hlo_text).copy() if isinstance(hlo_text, str) else \
+        hlo.collectives(hlo_text)  # already parsed: a frame of instructions
     if frame.empty:
         return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
     n = frame["group_size"].astype("float")
