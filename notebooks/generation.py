@@ -9,9 +9,10 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
-    from tpu_workbench import generation, hlo
+    from tpu_workbench import hlo
     from tpu_workbench import notebook as nb
     from tpu_workbench.charts import generation as gen_charts
+    from tpu_workbench.generation import analysis as generation
 
     SMOKE = wb.smoke_mode()
     # The exercise's requests: three prompt lengths, one per bucket.

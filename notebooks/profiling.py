@@ -12,7 +12,7 @@ with app.setup:
     import tpu_workbench as wb
     from tpu_workbench import notebook as nb
     from tpu_workbench import profiling
-    from tpu_workbench.paths import results_dir
+    from tpu_workbench.environment.paths import results_dir
 
     SMOKE = wb.smoke_mode()
     # What the page profiles on open, without a click.

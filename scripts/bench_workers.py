@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a cold worker costs to start: spawned (``python -m tpu_workbench.worker``) vs forked
-from the template process that has imported torch (:mod:`tpu_workbench.worker_template`).
+from the template process that has imported torch (:mod:`tpu_workbench.runs.template`).
 
 For each way and runtime, `--repeat` workers are started one after another, each timed from
 the request to its "ready" line (runtime imported, devices counted), with the CPU seconds the
@@ -21,9 +21,9 @@ import time
 
 import psutil
 
-from tpu_workbench import worker_template
-from tpu_workbench.spec import RuntimeConfig
-from tpu_workbench.workers import Worker
+from tpu_workbench.runs import template as worker_template
+from tpu_workbench.runs.spec import RuntimeConfig
+from tpu_workbench.runs.workers import Worker
 
 CONFIGS = {"xla": RuntimeConfig("xla", "cpu", 8), "torch": RuntimeConfig("torch", "cpu", 1)}
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from conftest import ROOT
 
-from tpu_workbench import acceptance as acc
 from tpu_workbench import cli
+from tpu_workbench.acceptance import checks as acc
 from tpu_workbench.errors import SpecError
-from tpu_workbench.workers import WORKER_LOG_ENV
+from tpu_workbench.runs.workers import WORKER_LOG_ENV
 
 
 def readme_section() -> str:
@@ -127,7 +127,7 @@ class FakeContext:
 
 
 def _steps(backend, step_fn, steps=2, monitor=None):
-    from tpu_workbench.spec import ExperimentSpec
+    from tpu_workbench.runs.spec import ExperimentSpec
     from tpu_workbench.worker.backend import ChangeHooks
     from tpu_workbench.worker.train import _steps as run_steps
 
@@ -236,7 +236,7 @@ def test_chip_metrics_chart_and_the_notebook_view():
 
     from tpu_workbench import notebook as nb
     from tpu_workbench.charts.chips import chip_metrics
-    from tpu_workbench.spec import ExperimentSpec
+    from tpu_workbench.runs.spec import ExperimentSpec
 
     samples = pd.DataFrame({"step": [0, 1], "mode": ["lazy", "lazy"],
                             "duty_cycle_pct": [40.0, 60.0], "hbm_used_bytes": [2e9, 3e9]})

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import tpu_workbench as wb
-from tpu_workbench import backends, timing
+from tpu_workbench import timing
+from tpu_workbench.environment import backends
 
 
 def test_chip_table_has_published_figures():

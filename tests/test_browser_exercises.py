@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, smoke_env
 
 import tpu_workbench as wb
-from tpu_workbench.runner import WORKER_LOG_ENV
+from tpu_workbench.runs.runner import WORKER_LOG_ENV
 
 playwright = pytest.importorskip("playwright.sync_api")
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -11,9 +11,9 @@ import threading
 
 import pytest
 
-from tpu_workbench import backends
-from tpu_workbench.spec import RuntimeConfig
-from tpu_workbench.workers import ChipBusy, Worker, WorkerPool
+from tpu_workbench.environment import backends
+from tpu_workbench.runs.spec import RuntimeConfig
+from tpu_workbench.runs.workers import ChipBusy, Worker, WorkerPool
 
 
 def fake_proc(root, pid: int, cmdline: list[str], device: str = "/dev/accel0") -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tpu_workbench import backends
+from tpu_workbench.environment import backends
 
 # mlp tiny by hand: fc1 64 -> 256, fc2 256 -> 256, head 256 -> 10 (weights and biases)
 MLP_PARAMS = {"fc1.weight": 256 * 64, "fc1.bias": 256, "fc2.weight": 256 * 256, "fc2.bias": 256,

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 import tpu_workbench as wb
-from tpu_workbench.runner import WORKER_LOG_ENV
+from tpu_workbench.runs.runner import WORKER_LOG_ENV
 
 
 def _load(stem: str):

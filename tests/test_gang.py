@@ -1,4 +1,4 @@
-"""Gangs: one run as N gloo processes under torchrun (tpu_workbench.gang), DTensor strategies
+"""Gangs: one run as N gloo processes under torchrun (tpu_workbench.runs.gang), DTensor strategies
 that train (tpu_workbench.worker.dtensor_train), supervision of dying and hanging ranks."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import tpu_workbench as wb
-from tpu_workbench import gang, models
+from tpu_workbench import models
+from tpu_workbench.runs import gang
 
 STEPS = 3
 

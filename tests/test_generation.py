@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 
 import tpu_workbench as wb
-from tpu_workbench import backends, generation
-from tpu_workbench.generation_runs import generate_many, phase_hlo
-from tpu_workbench.generation_spec import GenerationSpec, with_positions
-from tpu_workbench.workers import WorkerPool
+from tpu_workbench.environment import backends
+from tpu_workbench.generation import analysis as generation
+from tpu_workbench.generation.runs import generate_many, phase_hlo
+from tpu_workbench.generation.spec import GenerationSpec, with_positions
+from tpu_workbench.runs.workers import WorkerPool
 
 needs_xla = pytest.mark.skipif(not backends.have_torch_xla(), reason="needs torch_xla")
 

@@ -1,4 +1,5 @@
-"""Launch plans for multi-host TPU slices (``tpu-workbench launch``, :mod:`tpu_workbench.launch`).
+"""Launch plans for multi-host TPU slices (``tpu-workbench launch``,
+:mod:`tpu_workbench.scale.launch`).
 
 The plans are checked against the published slice shapes (v6e-16 = 4 hosts x 4 chips, v6e-32 =
 8 x 4), and their commands are run, as printed, through bash with stand-ins for gcloud, curl,
@@ -21,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from tpu_workbench import launch as ln
-from tpu_workbench import slice_plan as sp
 from tpu_workbench.cli import main
 from tpu_workbench.errors import SpecError
-from tpu_workbench.spec import ExperimentSpec
+from tpu_workbench.planning import slice_plan as sp
+from tpu_workbench.runs.spec import ExperimentSpec
+from tpu_workbench.scale import launch as ln
 
 # Published: v6e-16 is a 4x4 slice of 4 hosts with 4 chips each, v6e-32 4x8 with 8 hosts
 # (Cloud TPU docs; field notes scale_and_ecosystem.md).
@@ -319,7 +320,7 @@ def test_ray_names_and_chips_per_host_agree_with_ray():
         inspect.signature(ray_tpu.slice_placement_group).parameters)
     assert {"placement_group", "placement_group_bundle_index"} <= set(
         inspect.signature(PlacementGroupSchedulingStrategy).parameters)
-    from tpu_workbench.chips import SLICES
+    from tpu_workbench.environment.chips import SLICES
 
     for sl in SLICES.values():
         if sl.hosts > 1:  # Ray's own rule for hosts; v6e-8 is 1 host of 8 in the table

@@ -49,6 +49,7 @@ def test_sweeps_import_no_ray_until_a_ray_sweep_runs():
     import sys
 
     code = ("import sys, tpu_workbench as wb; wb.sweep, wb.grid, wb.SweepResult; "
-            "import tpu_workbench.cli.sweep, tpu_workbench.sweeps; print('ray' in sys.modules)")
+            "import tpu_workbench.cli.sweep, tpu_workbench.scale.sweeps; "
+            "print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout

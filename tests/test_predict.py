@@ -8,9 +8,11 @@ import math
 import pandas as pd
 import pytest
 
-from tpu_workbench import chips, sharding, steptime
+from tpu_workbench import sharding
+from tpu_workbench.environment import chips
 from tpu_workbench.errors import SpecError
 from tpu_workbench.hlo import per_op_cost
+from tpu_workbench.planning import steptime
 
 V6E = chips.get_chip("v6e")  # 918 TFLOP/s bf16, 1638 GB/s HBM, 100 GB/s per ICI link and way
 
@@ -140,7 +142,7 @@ class _NoPool:
 
 
 def test_bad_input_is_refused_before_anything_compiles():
-    from tpu_workbench.planning import predict
+    from tpu_workbench.planning.predict import predict
 
     with pytest.raises(SpecError, match="unknown TPU slice 'v6e-12'"):
         predict("mingpt", "gpt-mini", slices=["v6e-12"], pool=_NoPool())
@@ -162,7 +164,7 @@ def test_bad_input_is_refused_before_anything_compiles():
 
 @pytest.fixture(scope="module")
 def pool():
-    from tpu_workbench.workers import WorkerPool
+    from tpu_workbench.runs.workers import WorkerPool
 
     p = WorkerPool(max_workers=1)
     yield p
@@ -172,7 +174,7 @@ def pool():
 def test_block_extrapolation_matches_a_whole_compile(pool):
     """gpt-mini (6 blocks), fsdp on a v6e-4: one and two blocks compiled and extrapolated are
     within 5% of the cost analysis of the whole model, and nothing was executed."""
-    from tpu_workbench.planning import predict
+    from tpu_workbench.planning.predict import predict
 
     kw = dict(slices=["v6e-4"], strategies=["fsdp"], seq_len=16, batch_size=8, pool=pool)
     whole = predict("mingpt", "gpt-mini", whole=True, **kw).iloc[0]

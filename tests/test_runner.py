@@ -12,8 +12,8 @@ import types
 import pytest
 
 import tpu_workbench as wb
-from tpu_workbench import runner
-from tpu_workbench.runner import WorkerPool
+from tpu_workbench.runs import runner
+from tpu_workbench.runs.runner import WorkerPool
 
 MLP = wb.ExperimentSpec(model="mlp", mode="lazy", steps=5)
 LONG = MLP.replace(steps=100_000)  # ~20 ms a step: runs for half an hour unless stopped

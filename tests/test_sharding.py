@@ -17,7 +17,7 @@ import tpu_workbench as wb
 from tpu_workbench import sharding as sh
 from tpu_workbench.charts import sharding as charts
 from tpu_workbench.cli import shard as shard_cli
-from tpu_workbench.runner import WorkerPool
+from tpu_workbench.runs.runner import WorkerPool
 
 MESH = (2, 4)
 DATA_GROUPS = [[0, 4], [1, 5], [2, 6], [3, 7]]

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import tpu_workbench as wb
-from tpu_workbench import gang, workers
+from tpu_workbench.runs import gang, workers
 
 FIELDS = [f.name for f in dataclasses.fields(wb.ExperimentSpec)]
 # How messages spell a field when they do not use its name.

@@ -8,9 +8,9 @@ import shutil
 import pytest
 
 import tpu_workbench as wb
-from tpu_workbench import store
 from tpu_workbench.notebook import provenance
-from tpu_workbench.runner import WORKER_LOG_ENV, WorkerPool
+from tpu_workbench.runs import store
+from tpu_workbench.runs.runner import WORKER_LOG_ENV, WorkerPool
 
 SPEC = wb.ExperimentSpec(model="mlp", mode="lazy", steps=3)
 
@@ -82,7 +82,7 @@ def test_failed_and_partial_runs_are_never_reused(stored, tmp_path):
 
 def test_cold_runs_start_the_first_worker_alone_then_the_rest_together(results, tmp_path,
                                                                         monkeypatch):
-    from tpu_workbench import experiments, workers
+    from tpu_workbench.runs import experiments, workers
 
     log = tmp_path / "workers.log"
     monkeypatch.setenv(WORKER_LOG_ENV, str(log))

@@ -12,9 +12,9 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from tpu_workbench import ExperimentSpec, SpecError, WorkbenchError  # noqa: E402
-from tpu_workbench.store import load_result  # noqa: E402
-from tpu_workbench.sweeps import grid, parse_grid, sweep  # noqa: E402
-from tpu_workbench.workers import WORKER_LOG_ENV  # noqa: E402
+from tpu_workbench.runs.store import load_result  # noqa: E402
+from tpu_workbench.runs.workers import WORKER_LOG_ENV  # noqa: E402
+from tpu_workbench.scale.sweeps import grid, parse_grid, sweep  # noqa: E402
 
 BASE = ExperimentSpec(model="mlp", preset="tiny", mode="torch_eager", steps=3, seed=3)
 

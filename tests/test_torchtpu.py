@@ -10,7 +10,9 @@ import sys
 import pytest
 
 import tpu_workbench as wb
-from tpu_workbench import backends, environment, spec, torchtpu
+from tpu_workbench.environment import backends, torchtpu
+from tpu_workbench.environment import describe as environment
+from tpu_workbench.runs import spec
 
 
 @pytest.fixture
@@ -131,7 +133,7 @@ def test_status_is_described(no_chip, monkeypatch, tmp_path, installed):
 
 
 def test_dtensor_placements_follow_the_strategies():
-    from tpu_workbench import dtensor_sharding as ds
+    from tpu_workbench.scale import dtensor_sharding as ds
 
     assert ds.placements(None, (2, 4)) == [("replicate", None), ("replicate", None)]
     assert ds.placements(("model", None), (2, 4)) == [("replicate", None), ("shard", 0)]
@@ -144,7 +146,7 @@ def test_dtensor_placements_follow_the_strategies():
 
 
 def test_dtensor_layout_is_validated_before_any_process_starts():
-    from tpu_workbench import dtensor_sharding as ds
+    from tpu_workbench.scale import dtensor_sharding as ds
 
     with pytest.raises(wb.SpecError, match="2-D mesh"):
         ds.layout("mingpt", "tiny", (4,), "tp", device="cpu")

@@ -10,9 +10,9 @@ import time
 import pytest
 
 import tpu_workbench as wb
-from tpu_workbench import worker_template
-from tpu_workbench.spec import RuntimeConfig
-from tpu_workbench.workers import Worker, WorkerPool
+from tpu_workbench.runs import template as worker_template
+from tpu_workbench.runs.spec import RuntimeConfig
+from tpu_workbench.runs.workers import Worker, WorkerPool
 
 
 @pytest.fixture()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 
-from tpu_workbench import torchtpu
+from tpu_workbench.environment import torchtpu
 from tpu_workbench.worker import monitoring
 from tpu_workbench.worker import torchtpu as worker_tpu
 

@@ -14,8 +14,10 @@ import pytest
 from conftest import ROOT
 
 import tpu_workbench as wb
-from tpu_workbench import cli, docs, dtensor_sharding, sharding, torchtpu
+from tpu_workbench import cli, docs, sharding
 from tpu_workbench.cli import info as cli_info
+from tpu_workbench.environment import torchtpu
+from tpu_workbench.scale import dtensor_sharding
 from tpu_workbench.worker import torchtpu as worker_tpu
 
 

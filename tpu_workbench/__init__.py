@@ -2,7 +2,7 @@
 
 Importing this package is cheap: it imports neither torch, torch_xla, pandas nor altair. Each
 public name below loads its module on first use (PEP 562), and XLA itself runs only in worker
-processes (see :mod:`tpu_workbench.runner`).
+processes (see :mod:`tpu_workbench.runs.runner`).
 """
 
 from __future__ import annotations
@@ -15,41 +15,48 @@ __version__ = "0.1.0"
 # public name -> (module, attribute); attribute None: the module itself
 _PUBLIC: dict[str, tuple[str, str | None]] = {
     # what runs here
-    "describe": ("environment", "describe"),
-    "host_peak_flops": ("backends", "host_peak_flops"),
-    "tpu_status": ("backends", "tpu_status"),
-    "versions": ("backends", "versions"),
-    "CHIPS": ("chips", "CHIPS"), "Chip": ("chips", "Chip"),
-    "chip_table": ("chips", "chip_table"), "get_chip": ("chips", "get_chip"),
+    "describe": ("environment.describe", "describe"),
+    "host_peak_flops": ("environment.backends", "host_peak_flops"),
+    "tpu_status": ("environment.backends", "tpu_status"),
+    "versions": ("environment.backends", "versions"),
+    "CHIPS": ("environment.chips", "CHIPS"), "Chip": ("environment.chips", "Chip"),
+    "chip_table": ("environment.chips", "chip_table"),
+    "get_chip": ("environment.chips", "get_chip"),
     # what to run
-    "ExperimentSpec": ("spec", "ExperimentSpec"), "MODES": ("spec", "MODES"),
-    "CHANGES": ("spec", "CHANGES"), "CAPTURES": ("spec", "CAPTURES"),
-    "RuntimeConfig": ("spec", "RuntimeConfig"), "available_modes": ("spec", "available_modes"),
-    "default_modes": ("spec", "default_modes"), "runtime_config": ("spec", "runtime_config"),
-    "comparison_modes": ("spec", "comparison_modes"), "hlo_modes": ("spec", "hlo_modes"),
-    "validate_xla_flags": ("xla_flags", "validate_xla_flags"),
+    "ExperimentSpec": ("runs.spec", "ExperimentSpec"), "MODES": ("runs.spec", "MODES"),
+    "CHANGES": ("runs.spec", "CHANGES"), "CAPTURES": ("runs.spec", "CAPTURES"),
+    "RuntimeConfig": ("runs.spec", "RuntimeConfig"),
+    "available_modes": ("runs.spec", "available_modes"),
+    "default_modes": ("runs.spec", "default_modes"),
+    "runtime_config": ("runs.spec", "runtime_config"),
+    "comparison_modes": ("runs.spec", "comparison_modes"), "hlo_modes": ("runs.spec", "hlo_modes"),
+    "validate_xla_flags": ("environment.xla_flags", "validate_xla_flags"),
     "model_names": ("models", "model_names"), "load_trained": ("models", "load_trained"),
     # running it
-    "run": ("runner", "run"), "submit": ("runner", "submit"), "probe": ("runner", "probe"),
-    "RunResult": ("store", "RunResult"), "WorkerPool": ("workers", "WorkerPool"),
-    "default_pool": ("workers", "default_pool"), "reusable": ("store", "reusable"),
-    "warm_workers": ("worker_template", "warm"),
-    "load_result": ("store", "load_result"), "fingerprint": ("store", "fingerprint"),
-    "run_many": ("experiments", "run_many"), "Comparison": ("experiments", "Comparison"),
-    "sweep": ("sweeps", "sweep"), "grid": ("sweeps", "grid"),
-    "SweepResult": ("sweeps", "SweepResult"), "LiveSteps": ("sweeps", "LiveSteps"),
-    "predict": ("planning", "predict"), "fit_check": ("planning", "fit_check"),
+    "run": ("runs.runner", "run"),
+    "submit": ("runs.runner", "submit"),
+    "probe": ("runs.runner", "probe"),
+    "RunResult": ("runs.store", "RunResult"), "WorkerPool": ("runs.workers", "WorkerPool"),
+    "default_pool": ("runs.workers", "default_pool"), "reusable": ("runs.store", "reusable"),
+    "warm_workers": ("runs.template", "warm"),
+    "load_result": ("runs.store", "load_result"), "fingerprint": ("runs.store", "fingerprint"),
+    "run_many": ("runs.experiments", "run_many"), "Comparison": ("runs.experiments", "Comparison"),
+    "sweep": ("scale.sweeps", "sweep"), "grid": ("scale.sweeps", "grid"),
+    "SweepResult": ("scale.sweeps", "SweepResult"), "LiveSteps": ("scale.sweeps", "LiveSteps"),
+    "predict": ("planning.predict", "predict"), "fit_check": ("planning.predict", "fit_check"),
     "predicted_step_times": ("charts.predict", "predicted_step_times"),
-    "get_slice": ("chips", "get_slice"), "slice_table": ("chips", "slice_table"),
-    "launch_plan": ("launch", "launch_plan"), "LaunchPlan": ("launch", "LaunchPlan"),
-    "launch_runtimes": ("launch", "RUNTIMES"), "launch_vias": ("launch", "VIAS"),
-    "step_collectives": ("slice_plan", "step_collectives"),
-    "model_step_collectives": ("slice_plan", "model_step_collectives"),
-    "run_acceptance": ("acceptance", "acceptance"),
-    "tpu_holder_details": ("backends", "tpu_holder_details"),
-    "cache_study": ("compile_cache", "cache_study"), "CacheStudy": ("compile_cache", "CacheStudy"),
-    "persistent_cache_check": ("compile_cache", "persistent_cache_check"),
-    "PersistentCheck": ("compile_cache", "PersistentCheck"),
+    "get_slice": ("environment.chips", "get_slice"),
+    "slice_table": ("environment.chips", "slice_table"),
+    "launch_plan": ("scale.launch", "launch_plan"), "LaunchPlan": ("scale.launch", "LaunchPlan"),
+    "launch_runtimes": ("scale.launch", "RUNTIMES"), "launch_vias": ("scale.launch", "VIAS"),
+    "step_collectives": ("planning.slice_plan", "step_collectives"),
+    "model_step_collectives": ("planning.slice_plan", "model_step_collectives"),
+    "run_acceptance": ("acceptance.checks", "acceptance"),
+    "tpu_holder_details": ("environment.backends", "tpu_holder_details"),
+    "cache_study": ("runs.compile_cache", "cache_study"),
+    "CacheStudy": ("runs.compile_cache", "CacheStudy"),
+    "persistent_cache_check": ("runs.compile_cache", "persistent_cache_check"),
+    "PersistentCheck": ("runs.compile_cache", "PersistentCheck"),
     # what came back
     "label": ("records", "label"), "records_frame": ("records", "records_frame"),
     "summarize": ("timing", "summarize"), "summarize_results": ("timing", "summarize_results"),
@@ -59,14 +66,14 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "fallbacks": ("timing", "fallbacks"),
     "startup_breakdown": ("timing", "startup_breakdown"),
     # generation
-    "GenerationSpec": ("generation_spec", "GenerationSpec"),
-    "generate": ("generation_runs", "generate"),
-    "generate_many": ("generation_runs", "generate_many"),
-    "generation_specs": ("generation_runs", "specs_for"),
-    "stored_generation": ("generation_runs", "stored"),
-    "generation_phase_hlo": ("generation_runs", "phase_hlo"),
-    "generation_models": ("generation_spec", "generation_models"),
-    "generation_modes": ("generation_spec", "generation_modes"),
+    "GenerationSpec": ("generation.spec", "GenerationSpec"),
+    "generate": ("generation.runs", "generate"),
+    "generate_many": ("generation.runs", "generate_many"),
+    "generation_specs": ("generation.runs", "specs_for"),
+    "stored_generation": ("generation.runs", "stored"),
+    "generation_phase_hlo": ("generation.runs", "phase_hlo"),
+    "generation_models": ("generation.spec", "generation_models"),
+    "generation_modes": ("generation.spec", "generation_modes"),
     # notebooks
     "run_live": ("notebook", "run_live"), "smoke_mode": ("notebook", "smoke_mode"),
     "image_grid": ("notebook", "image_grid"),
@@ -75,9 +82,9 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
         "WorkbenchError", "SpecError", "WorkerError", "WorkerCrashed", "RunFailed",
         "RunTimeout", "RunCancelled")},
     # analysis modules
-    **{name: (name, None) for name in (
-        "charts", "compile_cache", "gang", "generation", "hlo", "notebook", "profiling", "sharding",
-        "torchtpu")},
+    **{name: (name, None) for name in ("charts", "hlo", "notebook", "profiling", "sharding")},
+    "compile_cache": ("runs.compile_cache", None), "gang": ("runs.gang", None),
+    "generation": ("generation.analysis", None), "torchtpu": ("environment.torchtpu", None),
 }
 
 __all__ = sorted(_PUBLIC)

@@ -218,7 +218,7 @@ def build_site(out: Path, smoke: bool = False, offline: bool = True,
         nbs = [p for p in nbs if p.stem in only]
     if not nbs:
         raise SpecError(f"no marimo notebooks in {folder}")
-    from .paths import writable_folder
+    from .environment.paths import writable_folder
 
     if not isinstance(jobs, int) or jobs < 1:
         raise SpecError(f"jobs must be a positive int, got {jobs!r}")

@@ -100,15 +100,15 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.5, chart=None,
     chart), redrawn when a run ends and at most every `chart_every_s` in between: drawing a
     chart costs the browser CPU that the timed steps of a 2-core machine would feel.
     ``reuse=True`` shows stored runs of the same specs and environment instead of measuring
-    them (see :func:`tpu_workbench.store.reusable`). Returns the Comparison (``.result()`` for
+    them (see :func:`tpu_workbench.runs.store.reusable`). Returns the Comparison (``.result()`` for
     a single spec)."""
     import time
 
     import marimo as mo
 
     from .charts import step_times
-    from .experiments import run_many
     from .records import label
+    from .runs.experiments import run_many
 
     chart = chart or step_times
 
@@ -173,9 +173,11 @@ def mesh_layout(model: str, mesh_shape: tuple[int, ...], strategy: str,
     of the same spec and environment if there is one. Returns ``(layout frame, mesh shape used,
     a sentence on how)``."""
 
-    from . import backends, dtensor_sharding, sharding
-    from .runner import run
-    from .spec import ExperimentSpec
+    from . import sharding
+    from .environment import backends
+    from .runs.runner import run
+    from .runs.spec import ExperimentSpec
+    from .scale import dtensor_sharding
 
     if backends.have_torch_xla():
         spec = ExperimentSpec(model=model, preset="tiny", mode="compile", steps=0,
@@ -231,7 +233,7 @@ def failed_run_callout(name: str, error: object):
 
 def run_failures(comparison, summary=None) -> list:
     """A :func:`failed_run_callout` per failed run of `comparison` (a
-    :class:`~tpu_workbench.experiments.Comparison`), and one more when `summary` is given and
+    :class:`~tpu_workbench.runs.experiments.Comparison`), and one more when `summary` is given and
     empty although nothing reported a failure: runs were expected, so no rows is a failure."""
     shown = [failed_run_callout(name, err) for name, err in comparison.errors.items()]
     if summary is not None and not len(summary) and not shown:
@@ -287,7 +289,8 @@ def step_hlo(result) -> tuple:
     """A captured run's optimised training step: its instructions (a DataFrame) and
     :func:`~tpu_workbench.hlo.summary`. The summary (XLA's cost analysis, which first imports
     jaxlib: about 2 s) is kept in the run's folder, so showing a stored run again is quick."""
-    from . import hlo, store
+    from . import hlo
+    from .runs import store
 
     after = hlo.main_module(hlo.load_run_hlo(result), "after_optimizations")
     ops = hlo.instructions(after)
@@ -297,7 +300,8 @@ def step_hlo(result) -> tuple:
 def profile_ops(result):
     """The HLO ops of a captured run's profile (:attr:`tpu_workbench.profiling.Profile.ops`),
     kept in the run's folder: showing a stored run again does not read its trace again."""
-    from . import profiling, store
+    from . import profiling
+    from .runs import store
 
     return store.derived_frame(result, "profile_ops", lambda: profiling.load_profile(result).ops)
 

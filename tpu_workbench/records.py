@@ -31,8 +31,8 @@ a ``kind``:
                 ``compile_ms``, ``executions``, ``cache_bytes``, ``token_id`` and
                 ``top_logit`` (first prompt of the batch); its ``compile`` records add
                 ``strategy``, ``request``, ``token``, ``phase``
-                (:data:`tpu_workbench.generation.TOKEN_COLUMNS`)
-``collective``  a gang only (:mod:`tpu_workbench.gang`): one collective of the step rank 0
+                (:data:`tpu_workbench.generation.analysis.TOKEN_COLUMNS`)
+``collective``  a gang only (:mod:`tpu_workbench.runs.gang`): one collective of the step rank 0
                 counted with ``CommDebugMode``: ``step``, ``collective`` (all-gather,
                 reduce-scatter, all-reduce...), ``op`` (the c10d op), ``module``, ``phase``
                 (forward / backward), ``bytes`` and ``shape`` of its result, ``group`` (ranks)

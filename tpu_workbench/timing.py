@@ -68,7 +68,7 @@ def peak_flops(runtime: dict, spec_mesh: tuple[int, ...] | None = None) -> tuple
     host's measured fp32 matmul peak (all cores: XLA:CPU's virtual devices share them). NaN
     where no peak is known (CUDA, a TPU kind missing from the chip table).
     """
-    from . import backends, chips
+    from .environment import backends, chips
 
     kind = str(runtime.get("device_kind") or "")
     n = math.prod(spec_mesh) if spec_mesh else 1
@@ -92,7 +92,7 @@ HOST_ROOF = "this host (measured)"
 
 def roofline_targets() -> list[str]:
     """What a roofline can be drawn against: this host's measured roof, then each chip."""
-    from .chips import CHIPS
+    from .environment.chips import CHIPS
 
     return [HOST_ROOF, *CHIPS]
 
@@ -101,7 +101,7 @@ def roofline_roof(target: str) -> tuple[float, float, str]:
     """(peak FLOP/s, memory bandwidth in bytes/s, where they come from) of a roofline target:
     :data:`HOST_ROOF` (the host's measured fp32 matmul peak and copy bandwidth) or a chip of
     the table (bf16 peak and HBM bandwidth, published)."""
-    from . import backends, chips
+    from .environment import backends, chips
 
     if target == HOST_ROOF:
         host = backends.host_peak_flops()
@@ -119,7 +119,7 @@ def honest_peak(achieved: float, runtime: dict,
     load): measure again (the cache keeps the best), and if the run still beats it, use the
     run's own FLOP/s as the peak and say so. So MFU never exceeds 1.
     """
-    from . import backends
+    from .environment import backends
 
     peak, source = peak_flops(runtime, spec_mesh)
     if not achieved > peak or on_tpu(runtime) or source.startswith("no "):

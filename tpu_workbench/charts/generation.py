@@ -1,9 +1,9 @@
 """Charts of generation: ms and compilations per token for each decode strategy, time to first
 token vs steady decode, and where the compilations go (prefill / decode).
 
-Every function takes a DataFrame of :class:`tpu_workbench.generation_runs.GenerationComparison`
-(``tokens``, ``summary``, or :func:`tpu_workbench.generation.compiles_by_phase`) and returns an
-Altair chart; nothing here runs experiments.
+Every function takes a DataFrame of :class:`tpu_workbench.generation.runs.GenerationComparison`
+(``tokens``, ``summary``, or :func:`tpu_workbench.generation.analysis.compiles_by_phase`) and
+returns an Altair chart; nothing here runs experiments.
 """
 
 from __future__ import annotations

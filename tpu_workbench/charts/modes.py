@@ -165,7 +165,7 @@ def cache_first_steps(runs: pd.DataFrame) -> alt.LayerChart:
     coloured by whether the step compiled; the label gives compilations and cache hits.
 
     Columns: ``label``, ``first_step_ms``, ``compiles``, ``cache_hits`` (see
-    :func:`tpu_workbench.compile_cache.cache_study`).
+    :func:`tpu_workbench.runs.compile_cache.cache_study`).
     """
     require_columns(runs, ["label", "first_step_ms", "compiles", "cache_hits"],
                     "cache_first_steps")

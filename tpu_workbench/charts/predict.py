@@ -1,4 +1,5 @@
-"""Predicted step times per slice and strategy (from :func:`tpu_workbench.planning.predict`)."""
+"""Predicted step times per slice and strategy (from
+:func:`tpu_workbench.planning.predict.predict`)."""
 
 from __future__ import annotations
 

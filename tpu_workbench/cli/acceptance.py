@@ -6,7 +6,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..acceptance import CHECKS
+    from ..acceptance.checks import CHECKS
 
     parser.add_argument("--out", default="acceptance",
                         help="folder for acceptance.md, acceptance.json and the checks' runs")
@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def acceptance(args: argparse.Namespace) -> int:
     """Run the checks, print one line per check; exit 1 only if a check failed."""
-    from ..acceptance import acceptance as run_checks
+    from ..acceptance.checks import acceptance as run_checks
 
     report = run_checks(args.out, only=args.only, timeout=args.timeout)
     width = max(len(r["key"]) for r in report["checks"])

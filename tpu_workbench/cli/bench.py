@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 from .. import charts
+from ..environment.paths import writable_folder
 from ..errors import SpecError
-from ..experiments import Comparison, run_many
-from ..paths import writable_folder
 from ..records import label
-from ..spec import CHANGES, MODES, ExperimentSpec
+from ..runs.experiments import Comparison, run_many
+from ..runs.spec import CHANGES, MODES, ExperimentSpec
 from ..timing import fallbacks
 
 DEFAULT_MODES = "torch_eager,inductor,eager,lazy,compile,dynamo"

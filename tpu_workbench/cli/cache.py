@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..compile_cache import (
+from ..errors import SpecError
+from ..runs.compile_cache import (
     cache_study,
     persistent_cache_check,
     require_xla,
 )
-from ..errors import SpecError
-from ..spec import ExperimentSpec
+from ..runs.spec import ExperimentSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def cache(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from .. import charts
-    from ..paths import writable_folder
+    from ..environment.paths import writable_folder
 
     out = writable_folder(args.out)
     if not isinstance(args.rounds, int) or args.rounds < 1:

@@ -6,12 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import charts, generation
+from .. import charts
 from ..charts import generation as gen_charts
+from ..environment.paths import writable_folder
 from ..errors import SpecError
-from ..generation_runs import GenerationComparison, generate_many, specs_for
-from ..generation_spec import GENERATION_MODES
-from ..paths import writable_folder
+from ..generation import analysis as generation
+from ..generation.runs import GenerationComparison, generate_many, specs_for
+from ..generation.spec import GENERATION_MODES
 
 
 def _ints(text: str) -> tuple[int, ...]:

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def spec_from_args(args: argparse.Namespace):
     """The validated ExperimentSpec of ``tpu-workbench hlo`` (SpecError on bad input)."""
-    from ..spec import MODES, ExperimentSpec
+    from ..runs.spec import MODES, ExperimentSpec
 
     mesh = parse_mesh(getattr(args, "mesh", None))
     mode = MODES.get(args.mode)
@@ -66,8 +66,8 @@ def _fmt_flops(v: float | None) -> str:
 
 def hlo(args: argparse.Namespace) -> int:
     """``tpu-workbench hlo``: run a spec with HLO capture; write the HLO, ops.csv, summary.json."""
-    from ..paths import writable_folder
-    from ..runner import run as run_spec
+    from ..environment.paths import writable_folder
+    from ..runs.runner import run as run_spec
 
     spec = spec_from_args(args)  # bad model/mode/mesh fail here, before any worker starts
     out = writable_folder(args.out)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .. import backends, chips
-from ..environment import describe
+from ..environment import backends, chips
+from ..environment.describe import describe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def info_dict(probe_runtime: bool = True, refresh_peak: bool = False) -> dict:
     """Backend, device kind and count, chip figures, versions, and why no TPU was found."""
-    from ..runner import probe
+    from ..runs.runner import probe
     from ..timing import peak_flops
 
     if refresh_peak:
@@ -33,7 +33,7 @@ def info_dict(probe_runtime: bool = True, refresh_peak: bool = False) -> dict:
         info["device_kind"] = seen["device_kind"]
         info["device_count"] = seen["device_count"]
     elif probe_runtime and info["torch_tpu"]["available"] and info["torch_tpu_installed"]:
-        from ..spec import RuntimeConfig
+        from ..runs.spec import RuntimeConfig
 
         seen = probe(RuntimeConfig("torch_tpu", "tpu"))  # a TorchTPU worker on the chip
         info["runtime"] = seen
@@ -53,7 +53,7 @@ def info_dict(probe_runtime: bool = True, refresh_peak: bool = False) -> dict:
 
 
 def _torchtpu_line(st: dict) -> str:
-    from ..torchtpu import TorchTPUStatus
+    from ..environment.torchtpu import TorchTPUStatus
 
     return TorchTPUStatus(**st).summary()
 

@@ -8,13 +8,13 @@ import argparse
 import json
 import sys
 
-from ..launch import RUNTIMES, VIAS, execute, launch_plan
+from ..scale.launch import RUNTIMES, VIAS, execute, launch_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slice", required=True,
                         help="TPU slice: v6e-16, v6e-32, v5e-16 (v5litepod-16), v5p-32, or a "
-                             "v6e topology like 4x4 (see tpu_workbench.chips.SLICES)")
+                             "v6e topology like 4x4 (see tpu_workbench.environment.chips.SLICES)")
     parser.add_argument("--runtime", default="torch_xla",
                         help=f"one of {', '.join(RUNTIMES)} (default: torch_xla)")
     parser.add_argument("--via", default="gcloud",

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def predict(args: argparse.Namespace) -> int:
     from ..charts._common import save_chart
     from ..charts.predict import predicted_step_times
-    from ..planning import predict as run_predict
+    from ..planning.predict import predict as run_predict
 
     slices = [s for s in args.slice.split(",") if s.strip()]
     strategies = [s for s in args.strategy.split(",") if s.strip()]

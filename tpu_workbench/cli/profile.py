@@ -13,7 +13,7 @@ from ..profiling import (
 
 def add_arguments(parser: Any) -> None:
     """Arguments of ``tpu-workbench profile``."""
-    from ..spec import MODES
+    from ..runs.spec import MODES
 
     parser.add_argument("--model", default="mingpt")
     parser.add_argument("--preset", default="tiny")
@@ -27,10 +27,10 @@ def profile(args: Any) -> int:
     """Profile a few steps; write the traces, ops.csv and steps.csv; print the top ops."""
     import shutil
 
+    from ..environment.paths import writable_folder
     from ..errors import SpecError
-    from ..paths import writable_folder
-    from ..runner import run as run_spec
-    from ..spec import ExperimentSpec
+    from ..runs.runner import run as run_spec
+    from ..runs.spec import ExperimentSpec
 
     if not isinstance(args.steps, int) or args.steps <= 0:
         raise SpecError(f"--steps must be a positive number of steps to profile, got "

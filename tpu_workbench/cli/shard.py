@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import SpecError
+from ..runs.spec import ExperimentSpec
 from ..sharding import (
     COLLECTIVE_COLUMNS,
     LAYOUT_COLUMNS,
@@ -28,7 +29,6 @@ from ..sharding import (
     strategy_name,
     summary_frame,
 )
-from ..spec import ExperimentSpec
 
 
 # --------------------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def specs_from_args(args: argparse.Namespace) -> list[ExperimentSpec]:
-    from ..spec import ExperimentSpec
+    from ..runs.spec import ExperimentSpec
 
     mesh = parse_mesh(args.mesh)
     text = args.strategy.strip()
@@ -78,8 +78,8 @@ def specs_from_args(args: argparse.Namespace) -> list[ExperimentSpec]:
 def _run_all(specs: list[ExperimentSpec], baseline: bool,
              errors: dict[str, str]) -> tuple[list[Any], Any]:
     """Run each strategy's spec (and the one-device baseline); failures go into `errors`."""
-    from .. import runner
     from ..errors import WorkbenchError
+    from ..runs import runner
 
     results = []
     for spec in specs:
@@ -151,7 +151,7 @@ def _charts(out: Path, results: list[Any], tensor: str | None, layout: pd.DataFr
 def shard(args: argparse.Namespace) -> int:
     """``tpu-workbench shard``: run strategies on a mesh; write layout.csv, memory.csv,
     collectives.csv, summary.json and charts (HTML + PNG) to ``--out``."""
-    from ..paths import writable_folder
+    from ..environment.paths import writable_folder
 
     out = writable_folder(args.out)
     specs = specs_from_args(args)  # bad input fails here, before any worker starts

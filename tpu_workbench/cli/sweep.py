@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from .. import charts
+from ..environment.paths import writable_folder
 from ..errors import SpecError
-from ..paths import writable_folder
 from ..records import label
-from ..spec import MODES, ExperimentSpec
-from ..sweeps import ENGINES, SweepResult, grid, parse_grid, swept_fields
-from ..sweeps import sweep as run_sweep
+from ..runs.spec import MODES, ExperimentSpec
+from ..scale.sweeps import ENGINES, SweepResult, grid, parse_grid, swept_fields
+from ..scale.sweeps import sweep as run_sweep
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -60,7 +60,7 @@ def classify_file(filename: str) -> dict[str, Any] | None:
 
 
 def load_run_hlo(result_or_dir: Any) -> pd.DataFrame:
-    """The HLO files of a run: a :class:`~tpu_workbench.store.RunResult` (or its ``out_dir``,
+    """The HLO files of a run: a :class:`~tpu_workbench.runs.store.RunResult` (or its ``out_dir``,
     or a folder of XLA dump files). One row per file, ordered by module and stage.
 
     Columns: module_id (XLA's compile order), module (the HloModule name), stage

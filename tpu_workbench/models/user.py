@@ -50,8 +50,8 @@ A file is imported under a name made from its absolute path (``tpu_workbench_use
 imported again only when its content changes, so an edited file is picked up by the next run
 (also in a warm worker) and an unchanged one is not executed again; a module ref is reloaded
 when its file changes. :func:`source_digest` is the content hash a run's identity includes
-(:func:`tpu_workbench.store.fingerprint`): editing the file measures again. Only that one file is
-hashed, not what it imports.
+(:func:`tpu_workbench.runs.store.fingerprint`): editing the file measures again. Only that one file
+is hashed, not what it imports.
 
 Every failure is a :class:`SpecError` naming the ref, the file and what was expected; an exception
 raised while importing the file or calling ``make`` carries the user's traceback in its message,

@@ -38,7 +38,7 @@ def collective_time_us(kind: str, nbytes: float, axis_sizes: Sequence[int],
 
     Bandwidth and latency only: no overlap with compute, no contention with other traffic.
     """
-    from ..chips import get_chip
+    from ..environment.chips import get_chip
 
     c = get_chip(chip) if isinstance(chip, str) else chip
     sizes = [int(a) for a in axis_sizes if int(a) > 1]
@@ -60,7 +60,7 @@ def collective_time_us(kind: str, nbytes: float, axis_sizes: Sequence[int],
 
 def ici_assumptions(chip: str = "v6e") -> str:
     """The assumptions under every ICI estimate, in one sentence for a notebook or the CLI."""
-    from ..chips import get_chip
+    from ..environment.chips import get_chip
 
     c = get_chip(chip)
     return (f"Estimated, not measured: ring model on {c.name} ICI ({c.ici_link_gbps:g} GB/s per "
@@ -136,7 +136,7 @@ def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = Non
     import pandas as pd
 
     from .. import hlo
-    from ..chips import get_chip
+    from ..environment.chips import get_chip
 
     target = get_chip(chip)
     if hlo_text is None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..chips import SLICES as CHIP_SLICES
+from ..environment.chips import SLICES as CHIP_SLICES
 from ..errors import SpecError
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def fits(n_params: int, strategy: str, mesh_shape: Sequence[int] | str, chip: st
     ``optimizer_bytes``, ``activation_bytes``, ``hbm_bytes``, ``usable_bytes``, ``shards``,
     ``devices``, ``strategy``, ``mesh``, ``chip`` and ``reason`` (a sentence).
     """
-    from ..chips import get_chip
+    from ..environment.chips import get_chip
 
     mesh_shape = parse_mesh(mesh_shape)
     strategy = strategy_name(strategy)
@@ -165,8 +165,8 @@ def xla_memory_parts(result_or_hlo_dir: Any) -> dict[str, float] | None:
 
 
 # The slices a plan is checked on by default: name -> (data, model) mesh, from the one slice
-# table (tpu_workbench.chips.SLICES, which fit_table also accepts). dp and fsdp use all the
-# slice's chips as one data axis.
+# table (tpu_workbench.environment.chips.SLICES, which fit_table also accepts). dp and fsdp use all
+# the slice's chips as one data axis.
 SLICES = {name: CHIP_SLICES[name].mesh_2d for name in ("v6e-8", "v6e-16", "v6e-32")}
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..spec import ExperimentSpec
+from ..runs.spec import ExperimentSpec
 
 Batch = dict[str, torch.Tensor]
 Step = Callable[[Batch], torch.Tensor]

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .. import models
-from ..spec import ExperimentSpec
+from ..runs.spec import ExperimentSpec
 from .backend import ChangeHooks, make_step
 
 

@@ -22,7 +22,7 @@ meeting DTensors count as replicated (``implicit_replication``).
 
 :class:`Collectives` is ``CommDebugMode`` that also keeps each collective's bytes and process
 group, so a step's collectives become rows (collective, module, forward/backward, bytes, the
-ranks of its group) for :func:`tpu_workbench.gang.collectives_frame`.
+ranks of its group) for :func:`tpu_workbench.runs.gang.collectives_frame`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """One rank of a gang: what each process ``torchrun`` starts runs (``-m tpu_workbench.worker.gang
-JOB``). The parent's half (launch, supervision, records) is :mod:`tpu_workbench.gang`.
+JOB``). The parent's half (launch, supervision, records) is :mod:`tpu_workbench.runs.gang`.
 
 Each rank joins the process group (gloo on a CPU; TorchTPU's ``tpu_dist`` on chips, device
 ``"tpu"``), builds the model and the batches exactly as a one-process run does
@@ -87,8 +87,9 @@ def _train(job: dict[str, Any], rank: int, world: int, log: RankLog) -> dict[str
     import torch
     import torch.distributed as dist
 
-    from .. import models, sharding, torchtpu
-    from ..spec import MODES, ExperimentSpec
+    from .. import models, sharding
+    from ..environment import torchtpu
+    from ..runs.spec import MODES, ExperimentSpec
     from . import dtensor_train as dt
     from .backend import make_optimizer
     from .train import _batches

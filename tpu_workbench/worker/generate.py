@@ -1,10 +1,10 @@
 """Greedy generation inside a worker: four decode strategies, timed token by token.
 
 One ``kind="token"`` record per generated token (after waiting for the device; columns in
-:data:`tpu_workbench.generation.TOKEN_COLUMNS`) and, for each XLA compilation, a
+:data:`tpu_workbench.generation.analysis.TOKEN_COLUMNS`) and, for each XLA compilation, a
 ``kind="compile"`` record with torch_xla's cause and the shapes that made it new
-(:func:`tpu_workbench.generation.explain`). The strategies (:data:`~tpu_workbench.generation.
-STRATEGIES`):
+(:func:`tpu_workbench.generation.analysis.explain`). The strategies
+(:data:`~tpu_workbench.generation.analysis. STRATEGIES`):
 
 * ``naive``: the whole sequence again for each token;
 * ``dynamic_cache``: a prefill fills a cache that grows by a position per decode step;
@@ -29,8 +29,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .. import generation, models
-from ..generation_spec import GenerationSpec
+from .. import models
+from ..generation import analysis as generation
+from ..generation.spec import GenerationSpec
 from .backend import Backend
 
 _RUNS_SERVED = 0  # generate runs this worker has started (0: a cold worker)

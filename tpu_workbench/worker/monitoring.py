@@ -36,7 +36,7 @@ SAMPLE_EVERY_S = 0.5
 
 def unavailable_reason(sys_root: str = "/sys/bus/pci/devices") -> str:
     """Why chip metrics cannot be sampled here ("" when they can)."""
-    from ..backends import tpu_chips_on_pci
+    from ..environment.backends import tpu_chips_on_pci
 
     if not tpu_chips_on_pci(sys_root):
         return "no TPU chip on the PCI bus: libtpu's monitoring SDK reads a chip's counters"

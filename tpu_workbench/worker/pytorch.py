@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..paths import cache_dir
+from ..environment.paths import cache_dir
 from .backend import Backend, ChangeHooks, GraphBreaks, NoCounters, Step, make_optimizer, make_step
 
 

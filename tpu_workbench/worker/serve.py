@@ -1,10 +1,10 @@
 """The worker process's protocol: it runs experiments for one runtime configuration.
 
 The runner starts it as ``python -m tpu_workbench.worker`` with the environment of a
-:class:`~tpu_workbench.spec.RuntimeConfig` (``PJRT_DEVICE``, ``CPU_NUM_DEVICES``, ``XLA_FLAGS``,
-``XLA_USE_SPMD``) already set, so torch_xla reads them at import, once, as it must. The worker
-imports its runtime at start (the slow part, ~4 s for torch_xla) and then serves runs until told to
-exit, which keeps torch_xla's in-process compile cache warm between runs.
+:class:`~tpu_workbench.runs.spec.RuntimeConfig` (``PJRT_DEVICE``, ``CPU_NUM_DEVICES``,
+``XLA_FLAGS``, ``XLA_USE_SPMD``) already set, so torch_xla reads them at import, once, as it must.
+The worker imports its runtime at start (the slow part, ~4 s for torch_xla) and then serves runs
+until told to exit, which keeps torch_xla's in-process compile cache warm between runs.
 
 Protocol, one JSON object per line:
 
@@ -102,7 +102,7 @@ def _run_task(task: str, ctx: TaskContext, spec: dict[str, Any]) -> dict[str, An
         return generate(ctx, spec, backend_for(runtime_from_env()))
     if task == "probe":
         return runtime_info()
-    if task == "cost":  # compile one step without running it (tpu_workbench.planning)
+    if task == "cost":  # compile one step without running it (tpu_workbench.planning.predict)
         from .cost import cost
 
         return cost(ctx, spec)

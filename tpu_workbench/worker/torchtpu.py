@@ -1,7 +1,7 @@
 """TorchTPU in a worker (``torch_tpu`` 0.2.0, under ``.venv-torchtpu``'s interpreter): the
 ``"tpu"`` device, modes ``tpu_eager``, ``tpu_fused`` and ``tpu_compile``, the compile-cache
 counters, StableHLO capture and TorchTPU's profiler config. The parent's half (status, the API
-check, which interpreter runs the worker) is :mod:`tpu_workbench.torchtpu`."""
+check, which interpreter runs the worker) is :mod:`tpu_workbench.environment.torchtpu`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..torchtpu import DEVICE_TYPE, MODE_EAGER, dry_run, lookup, status, version
+from ..environment.torchtpu import DEVICE_TYPE, MODE_EAGER, dry_run, lookup, status, version
 from .backend import Backend, ChangeHooks, Step, make_optimizer, make_step
 
 

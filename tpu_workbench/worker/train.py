@@ -2,10 +2,10 @@
 
 One ``kind="step"`` record is streamed per training step, after waiting for the device (the
 columns are documented in :mod:`tpu_workbench.records`); for every XLA compilation a
-``kind="compile"`` record follows its step's record (see :mod:`tpu_workbench.recompiles`), then
-one ``kind="fallback"`` record per op that ran outside XLA and one ``kind="graph_break"`` record
-per graph break Dynamo made (both read after the step's clock stopped). On a TPU with libtpu's
-monitoring SDK a ``kind="tpu_metrics"`` record follows a step at most every 0.5 s
+``kind="compile"`` record follows its step's record (see :mod:`tpu_workbench.worker.recompiles`),
+then one ``kind="fallback"`` record per op that ran outside XLA and one ``kind="graph_break"``
+record per graph break Dynamo made (both read after the step's clock stopped). On a TPU with
+libtpu's monitoring SDK a ``kind="tpu_metrics"`` record follows a step at most every 0.5 s
 (:mod:`tpu_workbench.worker.monitoring`).
 What differs between runtimes is the :class:`~tpu_workbench.worker.backend.Backend` object.
 """
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .. import models
-from ..spec import CHANGES, ExperimentSpec
+from ..runs.spec import CHANGES, ExperimentSpec
 from .backend import Backend, Batch, ChangeHooks
 from .monitoring import ChipMonitor
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from ..recompiles import CompileLog
 from .backend import Backend, ChangeHooks, GraphBreaks, Step, make_optimizer, make_step
+from .recompiles import CompileLog
 
 
 class XLACounters:
@@ -205,7 +205,7 @@ class XLABackend(Backend):
         try:
             kind = xm.xla_device_kind(device)  # PJRT's kind: "TPU v6 lite", "cpu"
         except RuntimeError:  # SPMD: the virtual device "SPMD:0" has no kind to ask for
-            from ..backends import tpu_kind_on_pci
+            from ..environment.backends import tpu_kind_on_pci
 
             kind = (tpu_kind_on_pci() or "TPU") if hw == "TPU" else hw.lower()
         info.update(runtime="xla", torch_xla=torch_xla.__version__,

@@ -6,11 +6,11 @@
 >>> result.runs                               # run_id, state, host, node, attempts, batch_size
 >>> result.summary                            # one row per finished run, + batch_size and node
 
-``engine="local"`` is today's warm worker pool (:func:`~tpu_workbench.experiments.run_many`);
+``engine="local"`` is today's warm worker pool (:func:`~tpu_workbench.runs.experiments.run_many`);
 ``engine="ray"`` runs each spec as a Ray task on the cluster at `address` (None: an embedded
-local Ray) and streams its records back (:mod:`tpu_workbench.ray_engine`). Either way every run's
-folder lands in the driver's results folder, whole or not at all, and ``on_record`` sees records
-as they are produced, so live charts work the same for both.
+local Ray) and streams its records back (:mod:`tpu_workbench.scale.ray_engine`). Either way every
+run's folder lands in the driver's results folder, whole or not at all, and ``on_record`` sees
+records as they are produced, so live charts work the same for both.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import RunCancelled, SpecError, WorkbenchError
-from .records import labelled_steps
-from .spec import ExperimentSpec
-from .store import RunResult
+from ..errors import RunCancelled, SpecError, WorkbenchError
+from ..records import labelled_steps
+from ..runs.spec import ExperimentSpec
+from ..runs.store import RunResult
 
 ENGINES = ("local", "ray")
 RUN_COLUMNS = ["run_id", "state", "host", "node", "attempts", "model", "preset", "mode", "error"]
@@ -179,7 +179,7 @@ class SweepResult:
     def summary(self):
         """:func:`~tpu_workbench.timing.summarize_results` of the finished runs, with the swept
         fields and ``node`` as columns."""
-        from .timing import summarize_results
+        from ..timing import summarize_results
 
         frame = summarize_results(self.results)
         if not len(frame):
@@ -258,7 +258,7 @@ def sweep(specs: Sequence[ExperimentSpec], engine: str = "local", address: str |
 
 def _sweep_local(specs, on_record, on_run_start, on_run_end, cold, timeout,
                  stop) -> list[SweepRun]:
-    from .experiments import run_many
+    from ..runs.experiments import run_many
 
     host, runs = socket.gethostname(), []
     for spec in specs:

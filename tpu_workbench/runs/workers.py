@@ -2,8 +2,8 @@
 
 A :class:`Worker` is the process plumbing (its environment set before torch_xla is imported, the
 line protocol, the stderr tail and XLA's error lines, death messages); a :class:`WorkerPool`
-keeps warm workers, one per :class:`~tpu_workbench.spec.RuntimeConfig`. Runs themselves (what a
-worker is asked to do, and what comes back) are :mod:`tpu_workbench.runner`'s.
+keeps warm workers, one per :class:`~tpu_workbench.runs.spec.RuntimeConfig`. Runs themselves (what a
+worker is asked to do, and what comes back) are :mod:`tpu_workbench.runs.runner`'s.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import threading
 import time
 from typing import Any
 
-from . import backends
-from .errors import WorkerCrashed, WorkerError
+from ..environment import backends
+from ..environment.torchtpu import worker_python
+from ..errors import WorkerCrashed, WorkerError
 from .spec import RuntimeConfig
-from .torchtpu import worker_python
-from .worker_template import ForkedProcess, fork_worker
-from .worker_template import warm as warm_template
+from .template import ForkedProcess, fork_worker
+from .template import warm as warm_template
 
 START_TIMEOUT_S = 300.0  # importing torch_xla on a busy 2-core machine can take a while
 STDERR_LINES = 200

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import backends
-from .errors import SpecError
+from ..environment import backends
+from ..errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ MODES: dict[str, Mode] = {m.name: m for m in [
     Mode("lazy", "xla", "torch_xla lazy tensors: one graph per step, cut by torch_xla.sync()"),
     Mode("compile", "xla", "torch_xla.compile of the whole train step"),
     Mode("dynamo", "xla", "torch.compile(backend='openxla')"),
-    # TorchTPU (torch_tpu, its own environment .venv-torchtpu; see tpu_workbench.torchtpu)
+    # TorchTPU (torch_tpu, its own environment .venv-torchtpu; see
+    # tpu_workbench.environment.torchtpu)
     Mode("tpu_eager", "torch_tpu", "TorchTPU strict eager (EagerMode.DEFER_NEVER, its default)"),
     Mode("tpu_fused", "torch_tpu", "TorchTPU fused eager (EagerMode.DEFER_AND_FUSE)"),
     Mode("tpu_compile", "torch_tpu", "TorchTPU torch.compile(backend='tpu')"),
@@ -46,7 +47,7 @@ MODES: dict[str, Mode] = {m.name: m for m in [
 def available_modes() -> list[str]:
     """The modes that can run here: plain PyTorch always; the XLA modes where torch_xla is
     installed; the TorchTPU modes where TorchTPU finds a chip. Notebooks offer these."""
-    from . import torchtpu
+    from ..environment import torchtpu
 
     ok = {"torch": True, "xla": backends.have_torch_xla(),
           "torch_tpu": torchtpu.status().available}
@@ -129,7 +130,7 @@ class RuntimeConfig:
     def cache_folder(self) -> Path:
         """The persistent compilation cache of this configuration: executables compiled for one
         device kind, device count and set of flags are of no use to another."""
-        from .paths import cache_dir
+        from ..environment.paths import cache_dir
 
         key = dataclasses.replace(self, explain_compiles=False, dump_hlo=False).label()
         return cache_dir() / "xla_cache" / re.sub(r"[^A-Za-z0-9_.=-]+", "_", key).strip("_")
@@ -174,7 +175,7 @@ class ExperimentSpec:
             (a v6e-8 host) without a mesh. Ignored on a TPU. :attr:`device_count` says which.
         mesh, strategy: SPMD device mesh shape and sharding strategy (sharding issue); with
             ``torch_eager`` or a TorchTPU mode, a gang: one process per device under torchrun,
-            DTensor over gloo (``tpu_dist`` on chips), see :mod:`tpu_workbench.gang`.
+            DTensor over gloo (``tpu_dist`` on chips), see :mod:`tpu_workbench.runs.gang`.
         xla_flags: extra ``XLA_FLAGS``, e.g. ``("--xla_cpu_use_thunk_runtime=true",)``.
         capture: artifacts to capture in the worker: ``hlo`` (XLA's dumps), ``profile`` (a
             trace of the steps), ``checkpoint`` (the trained weights, ``model.pt``).
@@ -255,7 +256,7 @@ class ExperimentSpec:
     def validate(self) -> ExperimentSpec:
         """Check every field; raise :class:`SpecError` naming the bad value. Returns self."""
         # One check per field, in the order a reader finds them in the dataclass: long, not deep.
-        from . import models  # imports torch (not torch_xla)
+        from .. import models  # imports torch (not torch_xla)
 
         _check_types(self)  # first: the checks below look values up in dicts and do arithmetic
         if self.mode not in MODES:
@@ -308,14 +309,14 @@ class ExperimentSpec:
                     f"num_devices={self.num_devices}; use a mesh whose sizes multiply to "
                     f"{self.num_devices} or set num_devices={math.prod(self.mesh)}")
         if self.mesh is not None:
-            from . import sharding
+            from .. import sharding
 
             # strategy, mesh rank, batch divisible by the data axis, widths by the model axis
             sharding.validate(self.mesh, self.strategy, family, cfg,
                               self.batch_size or family.default_batch_size(cfg))
         elif self.strategy is not None:
             raise SpecError(f"strategy={self.strategy!r} needs a mesh, e.g. mesh=(2, 4)")
-        from .xla_flags import validate_xla_flags
+        from ..environment.xla_flags import validate_xla_flags
 
         validate_xla_flags(self.xla_flags)
         return self
@@ -414,7 +415,7 @@ def _check_runtime(spec: ExperimentSpec) -> None:
                         + (" or a TorchTPU mode on a TPU (tpu_eager, tpu_fused, tpu_compile)"
                            if importlib.util.find_spec("torch_tpu") else ""))
     if runtime == "torch_tpu":
-        from . import torchtpu
+        from ..environment import torchtpu
 
         torchtpu.require(spec)
     if spec.model == "resnet" and importlib.util.find_spec("torchvision") is None:
@@ -428,7 +429,7 @@ GANG_MODES = ("torch_eager", "tpu_eager", "tpu_fused", "tpu_compile")
 
 def _check_gang(spec: ExperimentSpec) -> None:
     """A mesh with a plain-PyTorch or TorchTPU mode runs as a gang, one process per device
-    under torchrun with DTensor (:mod:`tpu_workbench.gang`): gloo on the CPU, tpu_dist on
+    under torchrun with DTensor (:mod:`tpu_workbench.runs.gang`): gloo on the CPU, tpu_dist on
     chips. What a gang does not offer is refused here, before anything starts."""
     if spec.mode not in GANG_MODES:
         raise SpecError(f"mesh={spec.mesh} with mode {spec.mode!r}: a mesh runs SPMD in an XLA "

@@ -17,9 +17,9 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import WorkbenchError
+from ..records import label, labelled_steps
 from . import gang
-from .errors import WorkbenchError
-from .records import label, labelled_steps
 from .runner import stored, submit
 from .spec import ExperimentSpec, runtime_config
 from .store import RunResult
@@ -61,14 +61,14 @@ class Comparison:
     @property
     def summary(self) -> pd.DataFrame:
         """One row per finished run: timing, compiles, throughput, MFU (see timing.py)."""
-        from .timing import summarize_results
+        from ..timing import summarize_results
 
         return summarize_results(self.results)
 
     @property
     def compiles(self) -> pd.DataFrame:
         """Every XLA compilation of the finished runs, with its cause."""
-        from .timing import compile_events
+        from ..timing import compile_events
 
         return compile_events(self.results)
 
@@ -93,12 +93,12 @@ def run_many(specs: Sequence[ExperimentSpec],
     one another, never a timed step.
 
     ``reuse=True`` takes a spec's completed run from the results folder when one was measured
-    in this same environment (see :func:`~tpu_workbench.store.reusable`); the rest are run.
+    in this same environment (see :func:`~tpu_workbench.runs.store.reusable`); the rest are run.
     """
     found = [stored(spec, cold=cold) if reuse else None for spec in specs]
     pools: dict[int, WorkerPool] = {}
     if cold:
-        # a gang launches its own processes (tpu_workbench.gang): no pool worker to start
+        # a gang launches its own processes (tpu_workbench.runs.gang): no pool worker to start
         pools = {i: WorkerPool(max_workers=1) for i, f in enumerate(found)
                  if f is None and not _is_gang(specs[i])}
         _start_early(specs, pools)

@@ -5,7 +5,7 @@ torch_xla 2.9: it lives in ``.venv-torchtpu`` (``python3 scripts/dev.py setup-to
 notebook in the main ``.venv`` still drives it: the runner starts a TorchTPU worker with that
 environment's interpreter (:func:`worker_python`).
 
-Modes (``runtime="torch_tpu"`` in :data:`tpu_workbench.spec.MODES`):
+Modes (``runtime="torch_tpu"`` in :data:`tpu_workbench.runs.spec.MODES`):
 
 ===============  ==========================================================================
 ``tpu_eager``    strict eager, ``torch.tpu.EagerMode.DEFER_NEVER`` (TorchTPU's default)
@@ -20,7 +20,7 @@ writes the StableHLO the ``debug_callback`` of ``torch.compile(..., options=...)
 (``hlo/*.stablehlo.txt``, FX graphs in ``hlo/*.fx.txt``); ``capture="profile"`` runs
 ``torch.profiler.profile(experimental_config=torch.tpu.profiler.TpuProfilerConfig(run_dir=...))``
 (xprof's ``.xplane.pb`` under ``profile/``, plus a Chrome trace of the host side). Sharding runs
-through DTensor, one process per chip: :mod:`tpu_workbench.dtensor_sharding`.
+through DTensor, one process per chip: :mod:`tpu_workbench.scale.dtensor_sharding`.
 
 Without a chip (every machine but a TPU VM) ``torch_tpu`` still imports and installs
 ``torch.tpu``, but it registers no ``"tpu"`` device and leaves ``torch.compile`` alone: the
@@ -48,7 +48,7 @@ from typing import Any
 
 SUPPORTED_VERSION = "0.2.0"  # the wheel this adapter was written against
 VENV_NAME = ".venv-torchtpu"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, beside .venv-torchtpu
 FALLBACK = "plain PyTorch on CPU (modes torch_eager and inductor)"
 FALLBACK_XLA = ("torch_xla on XLA:CPU (modes eager, lazy, compile, dynamo) and plain PyTorch "
                 "(torch_eager, inductor)")
@@ -229,7 +229,7 @@ def status() -> TorchTPUStatus:
 
 def require(spec: Any) -> None:
     """Raise SpecError unless `spec` (a TorchTPU mode) can run here; say what runs instead."""
-    from .errors import SpecError
+    from ..errors import SpecError
 
     st = status()
     if not st.available:
@@ -303,7 +303,8 @@ def missing_api(names: tuple[str, ...] = API) -> dict[str, str]:
 
 
 def check_report() -> dict[str, Any]:
-    """Everything the no-chip checks look at, in one dict (``python -m tpu_workbench.torchtpu``)."""
+    """Everything the no-chip checks look at, in one dict (``python -m
+    tpu_workbench.environment.torchtpu``)."""
     t0 = time.perf_counter()
     missing = missing_api()
     return {"status": status().as_dict(), "api_names": len(API), "missing": missing,

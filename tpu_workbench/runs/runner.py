@@ -3,8 +3,8 @@
 Why a separate process: torch_xla reads ``PJRT_DEVICE``, ``CPU_NUM_DEVICES`` and ``XLA_FLAGS`` once,
 SPMD cannot be switched off, an unknown XLA flag aborts the process and a TPU is locked to one
 process. So the notebook (or CLI) never imports torch_xla; it hands an
-:class:`~tpu_workbench.spec.ExperimentSpec` to a worker whose environment was set before torch_xla
-was imported, and gets records back step by step while the run goes on.
+:class:`~tpu_workbench.runs.spec.ExperimentSpec` to a worker whose environment was set before
+torch_xla was imported, and gets records back step by step while the run goes on.
 
 >>> run = submit(ExperimentSpec(model="mlp", mode="lazy", steps=5))   # doctest: +SKIP
 >>> for record in run:            # streamed while the worker trains
@@ -16,7 +16,7 @@ A worker that crashes, aborts, hangs past the timeout or is cancelled raises a
 the caller's process is never at risk. Results are written to ``results/<run_id>/`` only when the
 run completes (a failed run's records go to ``results/<run_id>-failed/``). ``run(spec,
 reuse=True)`` loads a completed run of the same spec measured in the same environment (see
-:mod:`tpu_workbench.store`) instead of measuring again.
+:mod:`tpu_workbench.runs.store`) instead of measuring again.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..environment.paths import results_dir
+from ..errors import RunCancelled, RunFailed, RunTimeout, SpecError, WorkerCrashed, WorkerError
+from ..records import records_frame
 from . import gang
-from .errors import RunCancelled, RunFailed, RunTimeout, SpecError, WorkerCrashed, WorkerError
-from .paths import results_dir
-from .records import records_frame
 from .spec import ExperimentSpec, RuntimeConfig, runtime_config
 from .store import ENVIRONMENT_FILE, RunResult, artifacts, fingerprint, reusable
 from .workers import WORKER_LOG_ENV, Worker, WorkerPool, default_pool  # noqa: F401

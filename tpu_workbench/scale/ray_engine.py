@@ -1,11 +1,11 @@
-"""The ``ray`` engine of :func:`tpu_workbench.sweeps.sweep`: one Ray task per spec.
+"""The ``ray`` engine of :func:`tpu_workbench.scale.sweeps.sweep`: one Ray task per spec.
 
 Ray places and supervises; the workbench's own worker process stays the unit of isolation. Each
-task starts a worker on its node through :func:`tpu_workbench.runner.submit` (the same runtime
+task starts a worker on its node through :func:`tpu_workbench.runs.runner.submit` (the same runtime
 config, the environment set before torch_xla is imported, the same message handling) and is a
 streaming generator (``num_returns="streaming"``): it yields every record as the worker streams
 it, then the run's summary, environment and artifact files. The driver writes the run's folder
-in its own results folder with the runner's :func:`~tpu_workbench.runner.save_run` (one rename,
+in its own results folder with the runner's :func:`~tpu_workbench.runs.runner.save_run` (one rename,
 never half-written), recording the node's host name and id in ``environment.json``.
 
 Faults: Ray's own task retries are off (they would splice a retried run's records onto the dead
@@ -33,13 +33,13 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from . import errors
-from .errors import RunCancelled, RunFailed, SpecError, WorkbenchError, WorkerCrashed, WorkerError
-from .paths import results_dir
-from .runner import DEFAULT_RUN_TIMEOUT_S, _new_run_id, save_run, submit
-from .spec import ExperimentSpec, runtime_config
-from .store import ENVIRONMENT_FILE, RunResult, artifacts
-from .workers import WorkerPool, default_pool
+from .. import errors
+from ..environment.paths import results_dir
+from ..errors import RunCancelled, RunFailed, SpecError, WorkbenchError, WorkerCrashed, WorkerError
+from ..runs.runner import DEFAULT_RUN_TIMEOUT_S, _new_run_id, save_run, submit
+from ..runs.spec import ExperimentSpec, runtime_config
+from ..runs.store import ENVIRONMENT_FILE, RunResult, artifacts
+from ..runs.workers import WorkerPool, default_pool
 
 PROBE_TIMEOUT_S = 3.0  # a cluster's GCS port answers at once; a wrong address must not hang
 CLIENT_PORT = 10001  # ray://host without a port: Ray Client's default

@@ -4,7 +4,7 @@ name them.
 Source: Cloud TPU documentation (system architecture pages for v5e, v5p and v6e), as collected in
 the project's field notes (shared/notes/README.md, November 2026); per-link ICI bandwidths from
 jax-ml/scaling-book (sharding.md). The host CPU's peak is never taken from a table: it is
-measured (see :func:`tpu_workbench.backends.host_peak_flops`).
+measured (see :func:`tpu_workbench.environment.backends.host_peak_flops`).
 
 ICI has one convention here: ``ici_link_gbps`` is the bandwidth of one link in one direction.
 A chip has ``ici_links`` links, each carrying that much both ways, so its total is
@@ -20,7 +20,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from .errors import SpecError
+from ..errors import SpecError
 
 SOURCE = ("Cloud TPU documentation, system architecture pages (v5e, v5p, v6e), checked 2026-11; "
           "ICI per link: jax-ml/scaling-book")

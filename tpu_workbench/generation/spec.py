@@ -1,4 +1,4 @@
-"""What to generate: :class:`GenerationSpec`, an :class:`~tpu_workbench.spec.ExperimentSpec`
+"""What to generate: :class:`GenerationSpec`, an :class:`~tpu_workbench.runs.spec.ExperimentSpec`
 with a decode strategy, prompt lengths, new tokens and buckets, validated before any work.
 
 It is an ExperimentSpec (model, preset, mode, batch_size, seed, device, capture...) so the runner
@@ -12,9 +12,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from . import generation
-from .errors import SpecError
-from .spec import MODES, ExperimentSpec, _is_int
+from ..errors import SpecError
+from ..runs.spec import MODES, ExperimentSpec, _is_int
+from . import analysis as generation
 
 # Modes a decode loop runs in, and why the others do not.
 GENERATION_MODES = ("torch_eager", "eager", "lazy", "compile", "tpu_compile")
@@ -38,7 +38,7 @@ class GenerationSpec(ExperimentSpec):
     """Greedy generation of `new_tokens` tokens for each prompt length in `prompts`.
 
     Fields (besides the ExperimentSpec's):
-        decode: the decode strategy, one of :data:`tpu_workbench.generation.STRATEGIES`
+        decode: the decode strategy, one of :data:`tpu_workbench.generation.analysis.STRATEGIES`
             (``naive``, ``dynamic_cache``, ``static_cache``, ``bucketed``); ``strategy`` stays
             the sharding strategy of an ExperimentSpec (unused here).
         prompts: prompt lengths, one request each, served one after another in the run.
@@ -89,7 +89,7 @@ class GenerationSpec(ExperimentSpec):
         """Check the generation fields first (cheap, no torch), then the ExperimentSpec's."""
         _check_generation(self)
         super().validate()
-        from . import models
+        from .. import models
 
         family = models.get_model(self.model)
         if family.sequence_dim is None or not hasattr(family, "positions"):
@@ -111,7 +111,7 @@ class GenerationSpec(ExperimentSpec):
 
 
 def _check_generation(spec: GenerationSpec) -> None:
-    from .generation import STRATEGIES, bucket_for
+    from .analysis import STRATEGIES, bucket_for
 
     if not isinstance(spec.decode, str) or spec.decode not in STRATEGIES:
         raise SpecError(f"unknown decode strategy {spec.decode!r}; valid: {', '.join(STRATEGIES)}")
@@ -160,7 +160,7 @@ def with_positions(spec: GenerationSpec) -> GenerationSpec:
     """`spec` with the model's position option raised to what the run needs, if it is short
     (minGPT tiny's block_size is 11, the sorting task's length): one option, named in the spec
     and its results. Raises SpecError where the model has no such option."""
-    from . import models
+    from .. import models
 
     family = models.get_model(spec.model)
     field = getattr(family, "positions_field", None)
@@ -178,7 +178,7 @@ def with_positions(spec: GenerationSpec) -> GenerationSpec:
 def generation_models() -> list[str]:
     """The workbench's model families that can generate (sequence models with a position
     limit): minGPT and the Hugging Face causal LMs."""
-    from . import models
+    from .. import models
 
     return [m for m in models.model_names()
             if hasattr(models.get_model(m), "positions")]
@@ -186,6 +186,6 @@ def generation_models() -> list[str]:
 
 def generation_modes() -> list[str]:
     """The modes that run here and are offered for generation (:data:`GENERATION_MODES`)."""
-    from .spec import available_modes
+    from ..runs.spec import available_modes
 
     return [m for m in available_modes() if m in GENERATION_MODES]

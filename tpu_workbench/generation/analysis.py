@@ -3,7 +3,7 @@
 Pure: plain values and DataFrames in (the ``token`` and ``compile`` records a ``generate`` run
 streams, see :mod:`tpu_workbench.records`), values and DataFrames out. The worker's decode loops
 are in :mod:`tpu_workbench.worker.generate`; what to run is a
-:class:`~tpu_workbench.generation_spec.GenerationSpec`.
+:class:`~tpu_workbench.generation.spec.GenerationSpec`.
 
 Why strategies matter on XLA: a program is compiled for fixed shapes. A decode loop whose
 input grows by a token per step (``naive``) or whose cache grows (``dynamic_cache``) is a new

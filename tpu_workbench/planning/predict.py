@@ -1,10 +1,10 @@
 """Plan a TPU run from a laptop: compile a model's step on the slice's mesh of virtual devices
 (never running it), and predict its step time, MFU range and bottleneck per slice and strategy
-with :mod:`tpu_workbench.steptime`.
+with :mod:`tpu_workbench.planning.steptime`.
 
 A model too large to compile whole here is compiled with one and with two blocks at its real
-width (:func:`tpu_workbench.steptime.extrapolate` scales the difference to all its blocks). A
-plan that does not fit the slice's HBM (:func:`tpu_workbench.sharding.fit_table`) is not
+width (:func:`tpu_workbench.planning.steptime.extrapolate` scales the difference to all its blocks).
+A plan that does not fit the slice's HBM (:func:`tpu_workbench.sharding.fit_table`) is not
 compiled: its row says why and predicts nothing.
 """
 
@@ -18,12 +18,13 @@ from typing import Any
 
 import pandas as pd
 
-from . import models, sharding, steptime
-from .chips import get_slice
-from .errors import SpecError
-from .runner import run
-from .spec import ExperimentSpec
-from .workers import WorkerPool
+from .. import models, sharding
+from ..environment.chips import get_slice
+from ..errors import SpecError
+from ..runs.runner import run
+from ..runs.spec import ExperimentSpec
+from ..runs.workers import WorkerPool
+from . import steptime
 
 DTYPES = ("float32", "bfloat16")
 RECOMPUTE_FACTOR = 4 / 3  # forward + backward = 3 forward passes; recomputation adds one more
@@ -67,8 +68,8 @@ def _batch_ways(strategy: str, mesh: tuple[int, ...]) -> int:
 def compiled_totals(result: Any, chip: str, mesh: Sequence[int], topology: Sequence[int],
                     dtype: str | None = None) -> dict[str, float]:
     """:func:`steptime.totals` of a cost run's partitioned step (its after-optimisations HLO)."""
-    from . import hlo
-    from .sharding.memory import step_file
+    from .. import hlo
+    from ..sharding.memory import step_file
 
     step = step_file(Path(result.out_dir) / "hlo", "after_optimizations.txt")
     if step is None:

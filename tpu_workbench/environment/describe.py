@@ -1,5 +1,6 @@
-"""What can run here, in one dict: the backends' probes (:mod:`tpu_workbench.backends`) and
-TorchTPU's status (:mod:`tpu_workbench.torchtpu`), without importing torch_xla or torch_tpu."""
+"""What can run here, in one dict: the backends' probes (:mod:`tpu_workbench.environment.backends`)
+and TorchTPU's status (:mod:`tpu_workbench.environment.torchtpu`), without importing torch_xla or
+torch_tpu."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import mmap
 import re
 from collections.abc import Iterable
 
-from .errors import SpecError
+from ..errors import SpecError
 
 _FLAG = re.compile(r"^--([a-z0-9_]+)(=.*)?$")
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import generation, runner
-from .errors import WorkbenchError
-from .generation_spec import GenerationSpec, with_positions
-from .store import RunResult
-from .workers import WorkerPool
+from ..errors import WorkbenchError
+from ..runs import runner
+from ..runs.store import RunResult
+from ..runs.workers import WorkerPool
+from . import analysis as generation
+from .spec import GenerationSpec, with_positions
 
 TASK = "generate"
 
@@ -73,7 +74,7 @@ class GenerationComparison:
 
     @property
     def summary(self):
-        """One row per run: :data:`tpu_workbench.generation.SUMMARY_COLUMNS`."""
+        """One row per run: :data:`tpu_workbench.generation.analysis.SUMMARY_COLUMNS`."""
         import pandas as pd
 
         rows = []

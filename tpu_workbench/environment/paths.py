@@ -23,7 +23,7 @@ def results_dir() -> Path:
 
 def writable_folder(path: Path | str) -> Path:
     """Create `path` and check it can be written, before any expensive work (SpecError if not)."""
-    from .errors import SpecError
+    from ..errors import SpecError
 
     path = Path(path)
     try:

@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import SpecError
 from . import runner
-from .errors import SpecError
 from .spec import MODES, ExperimentSpec, runtime_config
 from .store import RunResult
 from .workers import WorkerPool
@@ -87,7 +87,7 @@ def cache_study(spec: ExperimentSpec, *, new_shape: dict[str, Any] | None = None
     three runs share one runtime configuration with torch_xla's compile explanations on, so the
     miss comes with its cause. ``saved_ms`` is the cold run's first step minus this run's.
     """
-    from . import models
+    from .. import models
 
     require_xla(spec, "cache_study")
     spec = spec.replace(explain_compiles=True, change=None)
@@ -114,7 +114,7 @@ def cache_study(spec: ExperimentSpec, *, new_shape: dict[str, Any] | None = None
     rows = pd.DataFrame([run_row(s, r) for s, r in zip(SCENARIOS, results, strict=True)],
                         columns=COLUMNS)
     rows["saved_ms"] = rows["first_step_ms"].iloc[0] - rows["first_step_ms"]
-    from .timing import compile_events
+    from ..timing import compile_events
 
     compiles = compile_events(results)
     compiles.insert(0, "scenario", [SCENARIOS[s] for s, r in zip(SCENARIOS, results, strict=True)

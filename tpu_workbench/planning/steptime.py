@@ -1,6 +1,6 @@
 """A predicted TPU step time from the SPMD-partitioned HLO of one training step: a roofline per
 op and the ring model for the collectives XLA inserted. Pure: takes frames and primitives (a
-chip, a slice, a mesh), never an ExperimentSpec; :mod:`tpu_workbench.planning` compiles the
+chip, a slice, a mesh), never an ExperimentSpec; :mod:`tpu_workbench.planning.predict` compiles the
 step and calls it.
 
 Every number it makes is a prediction, and :func:`assumptions` lists what it assumes.
@@ -13,10 +13,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .chips import Chip, Slice, get_chip
-from .errors import SpecError
-from .sharding.collectives import ICI_HOP_US, _axis_of, _group_axes, collective_time_us
-from .sharding.mesh import axis_names
+from ..environment.chips import Chip, Slice, get_chip
+from ..errors import SpecError
+from ..sharding.collectives import ICI_HOP_US, _axis_of, _group_axes, collective_time_us
+from ..sharding.mesh import axis_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,7 +70,7 @@ def physical_axes(groups: list[list[int]] | None, group_size: int, mesh_shape: S
 
     A 1-D mesh spans every physical axis of the slice (an all-reduce over a 4x4 v6e-16 runs
     two rings of 4 at once); on a 2-D (data, model) mesh the model axis is the last physical
-    axis and the data axis the others (:attr:`tpu_workbench.chips.Slice.mesh_2d`)."""
+    axis and the data axis the others (:attr:`tpu_workbench.environment.chips.Slice.mesh_2d`)."""
     mesh_shape, topology = tuple(mesh_shape), tuple(topology)
     names = axis_names(mesh_shape)
     spanned = _group_axes(groups, group_size, mesh_shape)

@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import models, sharding
-from .errors import RunFailed, RunTimeout, SpecError
+from .. import models, sharding
+from ..errors import RunFailed, RunTimeout, SpecError
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -53,7 +53,7 @@ def placements(partition: Any, mesh_shape: tuple[int, ...]) -> list[tuple[str, i
 
 def resolve_device(device: str) -> str:
     """``auto``: ``tpu`` where TorchTPU finds a chip, else ``cpu`` (gloo)."""
-    from . import torchtpu
+    from ..environment import torchtpu
 
     if device == "auto":
         return "tpu" if torchtpu.status().available else "cpu"
@@ -79,8 +79,8 @@ def layout(model: str = "mingpt", preset: str = "tiny", mesh: Any = (2, 2),
     """Lay `model` out on `mesh` with DTensor, one process per device; return layout records
     (one per tensor and device, ``kind="layout"``). Validated first, like a sharded spec."""
     # Validate, start the ranks, collect their records: one launch, read top to bottom.
-    from . import torchtpu
-    from .spec import ExperimentSpec
+    from ..environment import torchtpu
+    from ..runs.spec import ExperimentSpec
 
     mesh_shape = sharding.parse_mesh(mesh)
     n = math.prod(mesh_shape)
@@ -108,7 +108,7 @@ def layout(model: str = "mingpt", preset: str = "tiny", mesh: Any = (2, 2),
             log = open(Path(tmp) / f"rank{rank}.log", "w")  # noqa: SIM115 (closed below)
             logs.append(log)
             procs.append(subprocess.Popen(
-                [python, "-m", "tpu_workbench.dtensor_sharding", str(job), str(rank)],
+                [python, "-m", "tpu_workbench.scale.dtensor_sharding", str(job), str(rank)],
                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         deadline = time.monotonic() + timeout
@@ -149,8 +149,9 @@ def _rank_main(job_file: str, rank: int) -> None:
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    from . import models, torchtpu
-    from .spec import ExperimentSpec
+    from .. import models
+    from ..environment import torchtpu
+    from ..runs.spec import ExperimentSpec
 
     job = json.loads(Path(job_file).read_text())
     spec = ExperimentSpec.from_dict(job["spec"])

@@ -4,8 +4,8 @@ chip), started through gcloud (TPU VMs), xpk (GKE) or Ray.
 
 Pure: primitives in (a slice name, a runtime, a launcher and the spec options), text out; it
 runs nothing. Hosts and chips per host come from the one slice table
-(:data:`tpu_workbench.chips.SLICES`). :func:`execute` runs a plan only where its tool and
-credentials exist and otherwise says which is missing, before anything starts.
+(:data:`tpu_workbench.environment.chips.SLICES`). :func:`execute` runs a plan only where its tool
+and credentials exist and otherwise says which is missing, before anything starts.
 
 Every host must start: torch_xla's multi-host SPMD and TorchTPU's rendezvous both wait for all
 hosts, and a slice with one host missing hangs (pytorch/xla#9681, #8295). So every launcher
@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .chips import Slice, get_slice
-from .errors import SpecError
-from .sharding.mesh import mesh_text, strategy_name
-from .slice_plan import check_mesh
-from .spec import MODES
+from ..environment.chips import Slice, get_slice
+from ..errors import SpecError
+from ..planning.slice_plan import check_mesh
+from ..runs.spec import MODES
+from ..sharding.mesh import mesh_text, strategy_name
 
 RUNTIMES: dict[str, str] = {
     "torch_xla": "one SPMD process per host, PJRT_DEVICE=TPU, the mesh over every chip",
@@ -166,7 +166,7 @@ def check_spec_options(model: str, preset: str, mesh: tuple[int, ...], strategy:
                        batch_size: int | None) -> None:
     """The model, preset and batch must lay out on `mesh` (the checks a run makes before it
     starts: batch divisible by the data axis, widths by the model axis). Imports torch."""
-    from . import models, sharding
+    from .. import models, sharding
 
     family = models.get_model(model)
     cfg = family.config(preset)
@@ -470,7 +470,7 @@ def execute(plan: LaunchPlan, workdir: str = ".", poll_s: float = 0.5) -> list[i
     import time
     from pathlib import Path
 
-    from .errors import WorkbenchError
+    from ..errors import WorkbenchError
 
     gaps = missing(plan)
     if gaps:

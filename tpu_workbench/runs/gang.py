@@ -5,7 +5,7 @@ process per device of the mesh (:func:`is_gang`): ``torchrun --standalone --npro
 -m tpu_workbench.worker.gang JOB`` in a session of its own, gloo on a CPU (TorchTPU's
 ``tpu_dist`` on chips, only on a TPU). Each rank (:mod:`tpu_workbench.worker.gang`) writes its
 records to a file of its own, which :class:`Gang` tails: rank 0's records stream to the
-:class:`~tpu_workbench.runner.Run` like a worker's, each ``step`` record with every rank's step
+:class:`~tpu_workbench.runs.runner.Run` like a worker's, each ``step`` record with every rank's step
 time (``rank_wall_ms``, in rank order, and ``slowest_rank``: stragglers show).
 
 Supervision: any rank dying (a signal, an exception), the gang stalling (no rank writes anything
@@ -15,7 +15,7 @@ torchrun's doing, so each is killed by pid; ranks also die with torchrun, ``PR_S
 and the run fails with an error naming the rank: the one that died first, or the one behind the
 others when the gang stalled. Records streamed so far are kept, as for any worker failure.
 
-A :class:`Gang` stands in for a :class:`~tpu_workbench.workers.Worker` (the same methods), one
+A :class:`Gang` stands in for a :class:`~tpu_workbench.runs.workers.Worker` (the same methods), one
 per run: a gang is launched afresh each time and keeps no warm state.
 """
 
@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import sharding
-from .errors import RunFailed, RunTimeout, SpecError, WorkerCrashed, WorkerError
+from .. import sharding
+from ..errors import RunFailed, RunTimeout, SpecError, WorkerCrashed, WorkerError
 from .spec import MODES, ExperimentSpec, RuntimeConfig
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class Gang:
 
     # -- launch --------------------------------------------------------------------------------
     def _launch(self, message: dict[str, Any]) -> None:
-        from . import torchtpu
+        from ..environment import torchtpu
 
         spec = ExperimentSpec.from_dict(message["spec"])
         n = math.prod(spec.mesh)
@@ -450,7 +450,7 @@ def collectives_frame(result: Any, chip: str = "v6e", mesh_shape: tuple[int, ...
     (``count`` 1), as the XLA frame has one per op, for charts that sum ``bytes``."""
     import pandas as pd
 
-    from .chips import get_chip
+    from ..environment.chips import get_chip
 
     records = _records(result)
     if mesh_shape is None:

@@ -1,11 +1,11 @@
 """What can run here: TPU (torch_xla or TorchTPU), XLA:CPU, plain PyTorch; and the host's peak.
 
-The probes of this module sit under :mod:`tpu_workbench.torchtpu` and
-:mod:`tpu_workbench.environment` (which puts them together in ``describe()``). Everything in this
-module is safe to call in the notebook's own process: it never imports
+The probes of this module sit under :mod:`tpu_workbench.environment.torchtpu` and
+:mod:`tpu_workbench.environment.describe` (which puts them together in ``describe()``). Everything
+in this module is safe to call in the notebook's own process: it never imports
 torch_xla or torch_tpu (those are imported only inside worker processes, see
 :mod:`tpu_workbench.worker`). Facts that need the runtime itself (the device count PJRT really
-sees) come from :func:`tpu_workbench.runner.probe`.
+sees) come from :func:`tpu_workbench.runs.runner.probe`.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def tpu_holders(proc_root: str = "/proc") -> list[int]:
 
 WORKER_MODULE = "tpu_workbench.worker"  # a workbench worker's command line: python -m this
 # pid -> the worker (``.alive``, ``.busy``, ``.stop()``) for each worker process this process
-# started: :mod:`tpu_workbench.workers` registers them here, downhill of the pools, so that the
+# started: :mod:`tpu_workbench.runs.workers` registers them here, downhill of the pools, so that the
 # status below can tell our own idle worker (which a run may end to take the chip) from others.
 _OWN_WORKERS: dict[int, Any] = {}
 

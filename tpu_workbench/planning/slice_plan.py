@@ -10,10 +10,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .chips import Slice, get_slice
-from .errors import SpecError
-from .sharding.collectives import collective_time_us, ici_assumptions
-from .sharding.mesh import mesh_text, parse_mesh, strategy_name
+from ..environment.chips import Slice, get_slice
+from ..errors import SpecError
+from ..sharding.collectives import collective_time_us, ici_assumptions
+from ..sharding.mesh import mesh_text, parse_mesh, strategy_name
 from .steptime import strategy_mesh
 
 
@@ -99,7 +99,7 @@ def model_step_collectives(model: str, preset: str, slice_name: str, strategy: s
     import pandas as pd
     import torch
 
-    from . import models, sharding
+    from .. import models, sharding
 
     family = models.get_model(model)
     cfg = family.config(preset)

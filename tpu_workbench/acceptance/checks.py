@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import backends, chips, torchtpu
-from .acceptance_report import markdown
-from .errors import SpecError
-from .spec import ExperimentSpec, available_modes, runtime_config
-from .workers import WorkerPool
+from ..environment import backends, chips, torchtpu
+from ..errors import SpecError
+from ..runs.spec import ExperimentSpec, available_modes, runtime_config
+from ..runs.workers import WorkerPool
+from .report import markdown
 
 STATUSES = ("pass", "fail", "needs a TPU", "needs torch_xla", "needs TorchTPU", "not wired")
 README_SECTION = "## Only on a TPU (not checked here)"
@@ -87,7 +87,7 @@ class Context:
 
     def run(self, spec: ExperimentSpec) -> Any:
         """One run in the shared pool, its folder under ``runs/``; memoised by spec."""
-        from .runner import run
+        from ..runs.runner import run
 
         key = json.dumps(spec.to_dict(), sort_keys=True, default=str)
         if key not in self.memo:
@@ -122,7 +122,7 @@ def _close(a: list[float], b: list[float], rtol: float) -> bool:
 # The checks' bodies, in the order of CHECKS
 # --------------------------------------------------------------------------------------------
 def check_detection(ctx: Context) -> Outcome:
-    from .runner import probe
+    from ..runs.runner import probe
 
     st, kind = ctx.tpu, backends.tpu_kind_on_pci()
     holders = backends.tpu_holder_details()
@@ -149,8 +149,8 @@ def check_detection(ctx: Context) -> Outcome:
 
 def _probe_tpu(ctx: Context) -> dict[str, Any]:
     """What the chip's worker reports (torch_xla's where installed, else TorchTPU's)."""
-    from .runner import probe
-    from .spec import RuntimeConfig
+    from ..runs.runner import probe
+    from ..runs.spec import RuntimeConfig
 
     if "probe" not in ctx.memo:
         ctx.memo["probe"] = probe(ExperimentSpec(model="mlp", mode="lazy") if ctx.has_xla
@@ -172,7 +172,7 @@ def check_device_kind(ctx: Context) -> Outcome:
 
 
 def check_peaks_hbm(ctx: Context) -> Outcome:
-    from .timing import peak_flops
+    from ..timing import peak_flops
 
     seen = _probe_tpu(ctx)
     peak, source = peak_flops(seen)
@@ -250,7 +250,7 @@ def check_optimised_hlo(ctx: Context) -> Outcome:
 
 
 def check_persistent_cache(ctx: Context) -> Outcome:
-    from .compile_cache import persistent_cache_check
+    from ..runs.compile_cache import persistent_cache_check
 
     check = persistent_cache_check(ctx.mingpt("lazy"), timeout=ctx.timeout)
     second = check.frame.iloc[-1]
@@ -260,7 +260,7 @@ def check_persistent_cache(ctx: Context) -> Outcome:
 
 
 def check_profile(ctx: Context) -> Outcome:
-    from .profiling import load_profile
+    from ..profiling import load_profile
 
     result = ctx.run(ctx.mingpt("lazy", capture=("profile",)))
     ops = load_profile(result).ops
@@ -309,7 +309,7 @@ def check_stablehlo(ctx: Context) -> Outcome:
 
 
 def check_dtensor(ctx: Context) -> Outcome:
-    from .dtensor_sharding import layout
+    from ..scale.dtensor_sharding import layout
 
     n = min(int(ctx.torchtpu.chips or 1), 8)
     ctx.pool.release_chip()  # the ranks are processes of their own: free the chip first
@@ -331,7 +331,7 @@ def check_dtensor_train(ctx: Context) -> Outcome:
 
 
 def check_mfu(ctx: Context) -> Outcome:
-    from .timing import summarize_results
+    from ..timing import summarize_results
 
     mode = "compile" if ctx.has_xla else "tpu_compile"
     spec = ExperimentSpec(model="mingpt", preset="gpt2", mode=mode, steps=TPU_STEPS)
@@ -357,7 +357,7 @@ def check_chip_metrics(ctx: Context) -> Outcome:
 def check_generation(ctx: Context) -> Outcome:
     """minGPT's four decode strategies under tpu_compile: plain PyTorch's greedy tokens, and a
     static cache compiled a bounded number of times (prefill + decode)."""
-    from .generation_runs import generate_many, specs_for
+    from ..generation.runs import generate_many, specs_for
 
     runs = generate_many(specs_for("mingpt", "tiny", modes=("torch_eager", "tpu_compile"),
                                    new_tokens=8), out_dir=ctx.runs_dir, timeout=ctx.timeout)
@@ -373,10 +373,10 @@ def check_generation(ctx: Context) -> Outcome:
 
 def check_calibration(ctx: Context) -> Outcome:
     """The MFU check's run (gpt2-size minGPT on one chip) against `wb.predict` of it."""
-    from . import models
-    from .planning import predict
-    from .steptime import calibration
-    from .timing import summarize_results
+    from .. import models
+    from ..planning.predict import predict
+    from ..planning.steptime import calibration
+    from ..timing import summarize_results
 
     chip = chips.get_chip(str(_probe_tpu(ctx).get("device_kind")))
     family = models.get_model("mingpt")
@@ -429,8 +429,8 @@ CHECKS: tuple[Check, ...] = (
     Check("dtensor", "DTensor over the `tpu` device with `tpu_dist` and `set_tpu_launch_env`",
           "tpu+torch_tpu", check_dtensor),
     Check("dtensor_train", "DTensor training over `tpu_dist`: a mesh with a TorchTPU mode runs "
-          "as one process per chip under `torchrun` (`tpu_workbench.gang`), losses equal to one "
-          "chip", "tpu+torch_tpu", check_dtensor_train),
+          "as one process per chip under `torchrun` (`tpu_workbench.runs.gang`), losses equal to "
+          "one chip", "tpu+torch_tpu", check_dtensor_train),
     Check("mfu", "MFU of a gpt2-size run against the chip peak", "tpu", check_mfu),
     Check("chip_metrics", "live chip metrics from libtpu's monitoring SDK (duty cycle, HBM in "
           "use, TensorCore utilisation) in a run's records", "tpu", check_chip_metrics),

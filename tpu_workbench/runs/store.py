@@ -26,12 +26,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .backends import cpu_model, tpu_chips_on_pci, tpu_kind_on_pci
-from .models.user import source_digest
-from .paths import results_dir
-from .records import records_frame
+from ..environment.backends import cpu_model, tpu_chips_on_pci, tpu_kind_on_pci
+from ..environment.paths import results_dir
+from ..environment.torchtpu import worker_python
+from ..models.user import source_digest
+from ..records import records_frame
 from .spec import ExperimentSpec, RuntimeConfig, runtime_config
-from .torchtpu import worker_python
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,7 +91,7 @@ class RunResult:
 def reusable(spec: ExperimentSpec, task: str = "train", out_dir: Path | None = None,
              cold: bool = False) -> RunResult | None:
     """The newest completed run of `spec` in the results folder that was measured in this very
-    environment (same :func:`~tpu_workbench.store.fingerprint`), or None. With `cold`, only a
+    environment (same :func:`~tpu_workbench.runs.store.fingerprint`), or None. With `cold`, only a
     run measured in a fresh worker counts (a warm worker's first step may compile nothing)."""
     fp = fingerprint(runtime_config(spec), spec)
     folder = find_folder(spec, task, fp, out_dir or results_dir(), cold=cold)
@@ -100,7 +100,7 @@ def reusable(spec: ExperimentSpec, task: str = "train", out_dir: Path | None = N
 
 def load_result(folder: Path, spec_type: type[ExperimentSpec] = ExperimentSpec) -> RunResult:
     """A completed run, read back from its results folder (``reused=True``); `spec_type`: the
-    spec's class (a :class:`~tpu_workbench.generation_spec.GenerationSpec` for a generate run)."""
+    spec's class (a :class:`~tpu_workbench.generation.spec.GenerationSpec` for a generate run)."""
     environment = json.loads((folder / ENVIRONMENT_FILE).read_text())
     spec = spec_type.from_dict(json.loads((folder / "spec.json").read_text()))
     with (folder / "records.jsonl").open() as fh:
@@ -214,13 +214,14 @@ def _device(config: RuntimeConfig) -> dict[str, Any]:
 
 
 # The workbench's source that decides what a run measures (not the charts or notebook helpers).
-MEASURING_SOURCE = ("worker", "models", "spec.py", "generation_spec.py", "generation.py")
+MEASURING_SOURCE = ("worker", "models", "runs/spec.py", "generation/spec.py",
+                    "generation/analysis.py")
 
 
 @functools.cache
 def _source_hash() -> str:
     digest = hashlib.sha256()
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # tpu_workbench/
     paths = [p for part in MEASURING_SOURCE for p in (
         sorted((package / part).rglob("*.py")) if (package / part).is_dir() else [package / part])]
     for path in paths:

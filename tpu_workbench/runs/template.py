@@ -8,7 +8,7 @@ imports torch_xla, so every worker still gets its runtime configuration before t
 and still compiles from nothing.
 
 :func:`fork_worker` returns a :class:`ForkedProcess` (the part of :class:`subprocess.Popen` a
-:class:`~tpu_workbench.workers.Worker` uses), or None where a fork would not be the same as a
+:class:`~tpu_workbench.runs.workers.Worker` uses), or None where a fork would not be the same as a
 spawn: another interpreter (TorchTPU's environment), a TPU device (kept to plain processes, which
 the chip-lock check recognises), an environment variable torch reads at import that differs
 from the template's, or ``TPU_WORKBENCH_TEMPLATE=0``. The caller then spawns as before.
