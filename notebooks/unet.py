@@ -98,9 +98,9 @@ def _(train_form):
                          reuse=nb.reuse_ok() and train_form.value is None).result()
     mo.vstack([
         mo.md(nb.provenance(result)),
-        mo.md(f"Trained {spec.steps} steps in `{spec.mode}` mode: noise-prediction MSE on a "
-              f"held-out batch **{result.summary['metric']:.3f}** (1.0 = predicting zero "
-              "noise)."),
+        mo.md(f"Trained {spec.steps} steps in `{spec.mode}` mode: noise-prediction MSE on "
+              f"{result.summary['eval_items']} held-out pictures "
+              f"**{result.summary['metric']:.3f}** (1.0 = predicting zero noise)."),
         wb.charts.loss_curves(result.steps.assign(mode=spec.mode), "training loss"),
     ])
     return result, spec

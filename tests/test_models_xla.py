@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 import tpu_workbench as wb
-from tpu_workbench.models.resnet import SHAPES
 
 XLA_STEPS = {"mingpt": 20, "resnet": 3, "unet": 3}
-TORCH_STEPS = {"mingpt": 3, "resnet": 25, "unet": 3}
+TORCH_STEPS = {"mingpt": 3, "resnet": 60, "unet": 3}
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +46,10 @@ def test_mingpt_learns_on_xla(runs):
     assert result.summary["metric"] > 1 / 3 + 0.15  # sorted-half token accuracy; chance 1/3
 
 
-def test_resnet_accuracy_above_chance_after_a_short_run(runs):
-    accuracy = runs["resnet", "torch_eager"].summary["metric"]  # 25 steps, held-out batch
-    assert accuracy > 1 / len(SHAPES) + 0.1, accuracy
+def test_resnet_learns_the_shapes_on_a_large_held_out_set(runs):
+    """60 steps of 32 fresh images each, scored on 512 others: about 80% here under each of
+    ATen's CPU kernel sets (chance is 1/6). With 512 images the sampling noise is about two
+    points, so half-way between chance and that is far from both."""
+    summary = runs["resnet", "torch_eager"].summary
+    assert summary["eval_items"] >= 512
+    assert summary["metric"] > 0.5, summary["metric"]

@@ -119,3 +119,16 @@ def test_bad_change_is_rejected():
         wb.ExperimentSpec(model="mlp", change="precision").validate()
     with pytest.raises(wb.SpecError, match="change_at must be a step between 1 and steps-1=3"):
         wb.ExperimentSpec(model="mlp", steps=4, change="item", change_at=4).validate()
+
+
+def test_inductor_runs_under_another_hosts_cpu_kernels(tmp_path, monkeypatch):
+    """Inductor's cache is kept per ATen CPU capability. torch 2.9 keys it without one, so code
+    cached under this host's kernels killed a worker run with ATEN_CPU_CAPABILITY=default (as
+    on an older CPU, or a home folder shared with one): SIGBUS, or a C++ compile error."""
+    monkeypatch.setenv("TPU_WORKBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TPU_WORKBENCH_RESULTS", str(tmp_path / "results"))
+    spec = wb.ExperimentSpec(model="mlp", mode="inductor", steps=2)
+    here = wb.run(spec)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    other = wb.run(spec)
+    np.testing.assert_allclose(other.steps["loss"], here.steps["loss"], rtol=1e-4)

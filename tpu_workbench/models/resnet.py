@@ -6,7 +6,9 @@ shape. Presets with more classes than shapes (the 1000-class ImageNet-sized ones
 see the other labels. ``shape_images`` is shared with the UNet family.
 
 The ``tiny`` preset is ResNet-18 with a CIFAR-style stem (3x3 stride-1 first conv, no max-pool) on
-32x32 images; ``resnet18`` and ``resnet50`` are torchvision's ImageNet models at 224x224.
+16x16 images, one class per shape, 32 images a batch: 60 steps on fresh batches reach about 80%
+accuracy on 512 held-out images (chance 17%; measured on this CPU's three ATen kernel sets).
+``resnet18`` and ``resnet50`` are torchvision's ImageNet models at 224x224.
 """
 
 from __future__ import annotations
@@ -57,10 +59,10 @@ def shape_images(batch_size: int, image_size: int, generator: torch.Generator, n
 @dataclass(frozen=True)
 class ResNetConfig:
     arch: str = "resnet18"  # resnet18 | resnet50
-    image_size: int = 32
-    num_classes: int = 10
+    image_size: int = 16
+    num_classes: int = len(SHAPES)
     cifar_stem: bool = True  # 3x3 stride-1 first conv and no max-pool (for small images)
-    batch_size: int = 8
+    batch_size: int = 32
 
 
 _ARCHS = ("resnet18", "resnet50")

@@ -110,7 +110,7 @@ def _train(job: dict[str, Any], rank: int, world: int, log: RankLog) -> dict[str
         torch.manual_seed(spec.seed)  # the same weights on every rank, as in one process
         model = family.build(cfg)
         n_params = sum(p.numel() for p in model.parameters())
-        cpu_batches, _, eval_batch = _batches(spec, family, cfg, batch_size)
+        cpu_batches, _, eval_batches = _batches(spec, family, cfg, batch_size)
         index, parts = dt.batch_slice(strategy, mesh_shape, rank)
         batches = [{k: v.to(device) for k, v in dt.local_batch(b, index, parts).items()}
                    for b in cpu_batches]
@@ -152,8 +152,9 @@ def _train(job: dict[str, Any], rank: int, world: int, log: RankLog) -> dict[str
                     log.write({"kind": "collective", "step": step, **row})
         net.eval()
         with torch.no_grad(), dt.loss_context():
-            metric = float(family.evaluate(net, {k: v.to(device) for k, v in
-                                                 eval_batch.items()}).to("cpu"))
+            metric = float(torch.stack([
+                family.evaluate(net, {k: v.to(device) for k, v in b.items()}).to("cpu")
+                for b in eval_batches]).mean())
         return {
             "model": spec.model, "preset": spec.preset, "mode": spec.mode, "steps": spec.steps,
             "batch_size": batch_size, "n_params": n_params,

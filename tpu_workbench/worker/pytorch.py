@@ -12,6 +12,17 @@ from ..environment.paths import cache_dir
 from .backend import Backend, ChangeHooks, GraphBreaks, NoCounters, Step, make_optimizer, make_step
 
 
+def inductor_cache_dir() -> Path:
+    """Inductor's cache, one folder per torch version and ATen CPU capability.
+
+    torch 2.9's cache key leaves the capability out: code cached under one (``AVX512`` here)
+    and loaded under another (``ATEN_CPU_CAPABILITY=avx2`` or ``default``, or a home folder
+    shared with an AVX2-only host) kills the worker with SIGBUS or fails to compile
+    (reproduced with plain ``torch.compile`` and no workbench code)."""
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    return cache_dir() / "inductor" / f"torch-{torch.__version__}-{capability}"
+
+
 class DynamoCounters(NoCounters):
     """torch.compile (inductor): counts the graphs Dynamo captured and compiled."""
 
@@ -71,7 +82,7 @@ class TorchBackend(Backend):
         if spec.mode != "inductor":
             return make_step(family, model, opt, hooks)
         # Set before the first compile: inductor reads it when it first builds code.
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache_dir()))
         self.counters = DynamoCounters()
         self.breaks = GraphBreaks()
         return make_step(family, torch.compile(model), opt, hooks)
