@@ -185,7 +185,7 @@ def test_capture_given_as_one_string_is_one_capture():
     assert wb.ExperimentSpec(xla_flags="--xla_a=1 --xla_b").xla_flags == ("--xla_a=1", "--xla_b")
     with pytest.raises(wb.SpecError, match="unknown capture 'flamegraph'"):
         wb.ExperimentSpec(capture="flamegraph").validate()
-    with pytest.raises(wb.SpecError, match="capture='hlo' needs an XLA mode"):
+    with pytest.raises(wb.SpecError, match="capture='hlo' needs a mode that compiles HLO"):
         wb.ExperimentSpec(mode="torch_eager", capture="hlo").validate()
 
 

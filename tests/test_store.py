@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -53,7 +54,7 @@ def test_another_environment_is_not_reused(stored, monkeypatch):
         m.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=false")
         assert wb.reusable(SPEC, out_dir=root) is None
     with monkeypatch.context() as m:  # another torch_xla release
-        versions = dict(store._versions(wb.torchtpu.worker_python("xla")))
+        versions = dict(store._versions(sys.executable))
         versions["torch_xla"] = "2.99.0"
         m.setattr(store, "_versions", lambda python: tuple(versions.items()))
         assert wb.reusable(SPEC, out_dir=root) is None

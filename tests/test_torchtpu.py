@@ -95,17 +95,18 @@ def test_lookup_reports_the_missing_part():
 
 
 def test_interpreter_choice(monkeypatch, tmp_path):
-    assert torchtpu.worker_python("xla") == sys.executable
-    assert torchtpu.worker_python("torch") == sys.executable
+    from tpu_workbench.environment.runtimes import Runtime
+
     monkeypatch.setattr(torchtpu, "installed_here", lambda: False)
     monkeypatch.setattr(torchtpu, "ROOT", tmp_path)
-    assert torchtpu.worker_python("torch_tpu") == sys.executable  # no .venv-torchtpu
+    assert Runtime.TORCH_TPU.python() == sys.executable  # no .venv-torchtpu
     python = tmp_path / ".venv-torchtpu" / "bin" / "python"
     python.parent.mkdir(parents=True)
     python.write_text("")
-    assert torchtpu.worker_python("torch_tpu") == str(python)
+    assert Runtime.TORCH_TPU.python() == str(python)
+    assert Runtime.XLA.python() == Runtime.TORCH.python() == sys.executable
     monkeypatch.setattr(torchtpu, "installed_here", lambda: True)
-    assert torchtpu.worker_python("torch_tpu") == sys.executable
+    assert Runtime.TORCH_TPU.python() == sys.executable
 
 
 def test_plain_workers_do_not_autoload_torch_tpu():

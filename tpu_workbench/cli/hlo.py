@@ -43,8 +43,8 @@ def spec_from_args(args: argparse.Namespace):
 
     mesh = parse_mesh(getattr(args, "mesh", None))
     mode = MODES.get(args.mode)
-    if mode is not None and mode.runtime != "xla":
-        xla_modes = [m for m, v in MODES.items() if v.runtime == "xla"]
+    if mode is not None and not mode.runtime.xla:
+        xla_modes = [m for m, v in MODES.items() if v.runtime.xla]
         raise SpecError(f"mode {args.mode!r} runs on plain PyTorch and compiles no HLO; use one "
                         f"of {', '.join(xla_modes)}")
     spec = ExperimentSpec(model=args.model, preset=args.preset, mode=args.mode, steps=args.steps,

@@ -138,11 +138,10 @@ def venv_python() -> Path:
     return ROOT / VENV_NAME / "bin" / "python"
 
 
-def worker_python(runtime: str) -> str:
-    """The interpreter a worker for `runtime` runs under: this one, except for a TorchTPU
-    worker started from an environment without torch_tpu (the main ``.venv``), which runs
-    under ``.venv-torchtpu``'s when that exists."""
-    if runtime == "torch_tpu" and not installed_here() and venv_python().exists():
+def worker_python() -> str:
+    """The interpreter TorchTPU's workers run under: this one, except from an environment
+    without torch_tpu (the main ``.venv``), where ``.venv-torchtpu``'s when that exists."""
+    if not installed_here() and venv_python().exists():
         return str(venv_python())
     return sys.executable
 

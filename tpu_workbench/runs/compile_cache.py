@@ -56,7 +56,7 @@ class PersistentCheck:
 
 def require_xla(spec: ExperimentSpec, what: str) -> None:
     spec.validate()
-    if MODES[spec.mode].runtime != "xla":
+    if not MODES[spec.mode].runtime.xla:
         raise SpecError(f"{what} needs an XLA mode (eager, lazy, compile, dynamo); mode "
                         f"{spec.mode!r} runs on plain PyTorch, which has no XLA cache")
 

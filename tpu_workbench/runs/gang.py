@@ -30,7 +30,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -54,12 +53,12 @@ PHASES = ("start", "forward", "backward", "optimizer", "end")  # worker.gang's p
 def is_gang(spec: ExperimentSpec) -> bool:
     """A spec that runs as a gang of processes: a mesh with a plain-PyTorch or TorchTPU mode
     (an XLA mode with a mesh runs SPMD in one process)."""
-    return spec.mesh is not None and MODES[spec.mode].runtime != "xla"
+    return spec.mesh is not None and MODES[spec.mode].runtime.gang_device is not None
 
 
 def gang_device(spec: ExperimentSpec) -> str:
     """``tpu`` (TorchTPU, ``tpu_dist``) for a TorchTPU mode, else ``cpu`` (gloo)."""
-    return "tpu" if MODES[spec.mode].runtime == "torch_tpu" else "cpu"
+    return MODES[spec.mode].runtime.gang_device or "cpu"
 
 
 def _signal_text(code: int | None) -> str:
@@ -162,7 +161,7 @@ class Gang:
         job.write_text(json.dumps({"spec": spec.to_dict(), "device": device,
                                    "out": str(self.folder)}))
         self.log_file = self.folder / "torchrun.log"
-        python = torchtpu.worker_python("torch_tpu") if device == "tpu" else sys.executable
+        python = MODES[spec.mode].runtime.python()
         self.command = [python, "-m", "torch.distributed.run", "--standalone",
                         f"--nproc_per_node={n}", "--max-restarts=0", "--monitor-interval=0.1",
                         "-m", "tpu_workbench.worker.gang", str(job)]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..environment import backends
+from ..environment.runtimes import Runtime
 from ..errors import SpecError
 
 
@@ -25,32 +26,34 @@ class Mode:
     """One way of executing a training step."""
 
     name: str
-    runtime: str  # "xla" (torch_xla), "torch" (plain PyTorch), "torch_tpu" (TorchTPU)
+    runtime: Runtime
     description: str
+    hlo: bool = False  # compiles a program whose HLO a run can capture (capture="hlo")
 
 
 MODES: dict[str, Mode] = {m.name: m for m in [
-    Mode("torch_eager", "torch", "plain PyTorch, eager (the baseline)"),
-    Mode("inductor", "torch", "plain PyTorch, torch.compile with the default inductor backend"),
-    Mode("eager", "xla", "torch_xla eager mode: every op compiled and run on its own"),
-    Mode("lazy", "xla", "torch_xla lazy tensors: one graph per step, cut by torch_xla.sync()"),
-    Mode("compile", "xla", "torch_xla.compile of the whole train step"),
-    Mode("dynamo", "xla", "torch.compile(backend='openxla')"),
+    Mode("torch_eager", Runtime.TORCH, "plain PyTorch, eager (the baseline)"),
+    Mode("inductor", Runtime.TORCH,
+         "plain PyTorch, torch.compile with the default inductor backend"),
+    Mode("eager", Runtime.XLA, "torch_xla eager mode: every op compiled and run on its own",
+         hlo=True),
+    Mode("lazy", Runtime.XLA,
+         "torch_xla lazy tensors: one graph per step, cut by torch_xla.sync()", hlo=True),
+    Mode("compile", Runtime.XLA, "torch_xla.compile of the whole train step", hlo=True),
+    Mode("dynamo", Runtime.XLA, "torch.compile(backend='openxla')", hlo=True),
     # TorchTPU (torch_tpu, its own environment .venv-torchtpu; see
     # tpu_workbench.environment.torchtpu)
-    Mode("tpu_eager", "torch_tpu", "TorchTPU strict eager (EagerMode.DEFER_NEVER, its default)"),
-    Mode("tpu_fused", "torch_tpu", "TorchTPU fused eager (EagerMode.DEFER_AND_FUSE)"),
-    Mode("tpu_compile", "torch_tpu", "TorchTPU torch.compile(backend='tpu')"),
+    Mode("tpu_eager", Runtime.TORCH_TPU,
+         "TorchTPU strict eager (EagerMode.DEFER_NEVER, its default)"),
+    Mode("tpu_fused", Runtime.TORCH_TPU, "TorchTPU fused eager (EagerMode.DEFER_AND_FUSE)"),
+    Mode("tpu_compile", Runtime.TORCH_TPU, "TorchTPU torch.compile(backend='tpu')", hlo=True),
 ]}
 
 
 def available_modes() -> list[str]:
     """The modes that can run here: plain PyTorch always; the XLA modes where torch_xla is
     installed; the TorchTPU modes where TorchTPU finds a chip. Notebooks offer these."""
-    from ..environment import torchtpu
-
-    ok = {"torch": True, "xla": backends.have_torch_xla(),
-          "torch_tpu": torchtpu.status().available}
+    ok = {runtime: runtime.available() for runtime in Runtime}
     return [name for name, m in MODES.items() if ok[m.runtime]]
 
 
@@ -73,7 +76,7 @@ def comparison_modes() -> list[str]:
 def hlo_modes() -> list[str]:
     """The modes that run here and compile HLO (``capture="hlo"``): torch_xla's, and
     TorchTPU's ``tpu_compile`` (StableHLO) on a chip."""
-    return [m for m in available_modes() if MODES[m].runtime == "xla" or m == "tpu_compile"]
+    return [m for m in available_modes() if MODES[m].hlo]
 
 
 CAPTURES = ("hlo", "profile", "checkpoint")
@@ -96,7 +99,7 @@ class RuntimeConfig:
     Two specs with the same RuntimeConfig can share a warm worker (and its compile cache).
     """
 
-    runtime: str  # "xla" | "torch" | "torch_tpu"
+    runtime: Runtime
     device: str  # "cpu" | "tpu" | "cuda"
     num_devices: int = 1
     spmd: bool = False
@@ -105,10 +108,13 @@ class RuntimeConfig:
     dump_hlo: bool = False  # XLA dumps the HLO of every compiled module (capture="hlo")
     persistent_cache: bool = False  # torch_xla.runtime.initialize_cache, one folder per config
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "runtime", Runtime(self.runtime))  # "xla" read back from JSON
+
     def env(self) -> dict[str, str]:
         """Environment variables the worker must see before it imports torch_xla."""
-        env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TPU_WORKBENCH_WORKER": "1"}
-        if self.runtime == "xla":
+        env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TPU_WORKBENCH_WORKER": "1", **self.runtime.env()}
+        if self.runtime.xla:
             env["PJRT_DEVICE"] = self.device.upper()
             if self.device == "cpu":
                 env["CPU_NUM_DEVICES"] = str(self.num_devices)
@@ -118,13 +124,6 @@ class RuntimeConfig:
                 env["XLA_USE_SPMD"] = "1"
             if self.persistent_cache:
                 env["TPU_WORKBENCH_XLA_CACHE"] = str(self.cache_folder())
-        elif self.runtime == "torch_tpu":
-            env["TPU_WORKBENCH_RUNTIME"] = "torch_tpu"
-            # torch_tpu registers the device only when autoloaded (its _loader reads this)
-            env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1"
-        else:  # plain PyTorch stays plain: no TorchTPU autoload where it is installed. Without
-            # a chip, torch_tpu 0.2.0 loaded makes a CPU backward pass hang (libtpu init).
-            env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         return env
 
     def cache_folder(self) -> Path:
@@ -138,7 +137,7 @@ class RuntimeConfig:
     def label(self) -> str:
         """Short human-readable name, e.g. ``xla:cpu x8 spmd``."""
         text = f"{self.runtime}:{self.device}"
-        if self.runtime == "xla":
+        if self.runtime.xla:
             text += f" x{self.num_devices}"
         if self.spmd:
             text += " spmd"
@@ -266,7 +265,7 @@ class ExperimentSpec:
         _check_option_types(family, self.preset, self.options)
         cfg = family.config(self.preset, **self.options)  # raises for a bad preset or option
         if _is_int(self.steps) and self.steps == 0:  # lay the model out on a mesh, no step
-            if self.mesh is None or MODES[self.mode].runtime != "xla" or self.capture:
+            if self.mesh is None or not MODES[self.mode].runtime.xla or self.capture:
                 raise SpecError("steps=0 (lay the model out, train no step) needs a mesh and an "
                                 "XLA mode and captures nothing, e.g. mesh=(2, 4), "
                                 "mode='compile'; otherwise steps must be a positive int")
@@ -284,10 +283,10 @@ class ExperimentSpec:
         for c in self.capture:
             if c not in CAPTURES:
                 raise SpecError(f"unknown capture {c!r}; valid: {', '.join(CAPTURES)}")
-        if "hlo" in self.capture and MODES[self.mode].runtime == "torch":
-            raise SpecError(f"capture='hlo' needs an XLA mode (eager, lazy, compile, dynamo) or "
-                            f"TorchTPU's tpu_compile; mode {self.mode!r} runs on plain PyTorch, "
-                            "which compiles no HLO")
+        if "hlo" in self.capture and not MODES[self.mode].hlo:
+            raise SpecError("capture='hlo' needs a mode that compiles HLO ("
+                            + ", ".join(m for m, v in MODES.items() if v.hlo)
+                            + f"); mode {self.mode!r} compiles none")
         if self.change is not None:
             if self.change not in CHANGES:
                 raise SpecError(f"unknown change {self.change!r}; valid: {', '.join(CHANGES)}")
@@ -297,11 +296,11 @@ class ExperimentSpec:
             if self.change == "seq_len" and family.sequence_dim is None:
                 raise SpecError(f"change='seq_len' needs a sequence model (mingpt); model "
                                 f"{self.model!r} has fixed-size inputs")
-        if self.persistent_cache and MODES[self.mode].runtime != "xla":
+        if self.persistent_cache and not MODES[self.mode].runtime.xla:
             raise SpecError(f"persistent_cache=True needs an XLA mode (eager, lazy, compile, "
                             f"dynamo); mode {self.mode!r} compiles no XLA executables")
         if self.mesh is not None:
-            if MODES[self.mode].runtime != "xla":  # a gang: a process per device (torchrun)
+            if MODES[self.mode].runtime.gang_device:  # a process per device (torchrun)
                 _check_gang(self)
             if self.num_devices is not None and math.prod(self.mesh) != self.num_devices:
                 raise SpecError(
@@ -408,13 +407,13 @@ def _check_runtime(spec: ExperimentSpec) -> None:
     import sys
 
     runtime = MODES[spec.mode].runtime
-    if runtime == "xla" and not backends.have_torch_xla():
+    if runtime.xla and not backends.have_torch_xla():
         raise SpecError(f"mode {spec.mode!r} needs torch_xla, which is not installed in this "
                         f"environment ({sys.prefix}); use .venv (python3 scripts/dev.py setup), "
                         f"or here a plain PyTorch mode (torch_eager, inductor)"
                         + (" or a TorchTPU mode on a TPU (tpu_eager, tpu_fused, tpu_compile)"
                            if importlib.util.find_spec("torch_tpu") else ""))
-    if runtime == "torch_tpu":
+    if runtime is Runtime.TORCH_TPU:
         from ..environment import torchtpu
 
         torchtpu.require(spec)
@@ -435,7 +434,7 @@ def _check_gang(spec: ExperimentSpec) -> None:
         raise SpecError(f"mesh={spec.mesh} with mode {spec.mode!r}: a mesh runs SPMD in an XLA "
                         f"mode (eager, lazy, compile, dynamo) or as a gang of processes in "
                         f"{', '.join(GANG_MODES)}; inductor is not offered for a gang")
-    if MODES[spec.mode].runtime == "torch" and spec.device not in ("auto", "cpu"):
+    if MODES[spec.mode].runtime.gang_device == "cpu" and spec.device not in ("auto", "cpu"):
         raise SpecError(f"device={spec.device!r} with mesh={spec.mesh}: a plain-PyTorch gang "
                         "runs on the CPU (gloo); use device='auto' or 'cpu'")
     for name, value in (("capture", spec.capture), ("change", spec.change)):
@@ -449,46 +448,18 @@ def _positive_int(name: str, value: Any) -> None:
         raise SpecError(f"{name} must be a positive int, got {value!r}")
 
 
-def resolve_device(runtime: str, requested: str) -> str:
-    """Pick the concrete device for a runtime; explain why if a TPU was asked for and is absent."""
-    if runtime == "xla":
-        if requested == "cuda":
-            raise SpecError("device='cuda' is not offered for XLA modes here; use 'cpu' or 'tpu'")
-        status = backends.tpu_status()
-        if requested == "tpu" and not status.available:
-            raise SpecError(f"device='tpu' was asked for but no TPU can be used: {status.reason}. "
-                            f"What runs instead with device='auto' or 'cpu': {status.fallback}.")
-        if requested == "auto":
-            return "tpu" if status.available else "cpu"
-        return requested
-    if runtime == "torch_tpu":
-        return "tpu"  # torchtpu.require() checked the chip and the device asked for
-    if requested == "tpu":
-        raise SpecError("device='tpu' needs an XLA mode (eager, lazy, compile, dynamo) or a "
-                        "TorchTPU mode (tpu_eager, tpu_fused, tpu_compile); torch_eager and "
-                        "inductor run on plain PyTorch (cpu or cuda)")
-    if requested == "cuda" and backends.cuda_devices() == 0:
-        raise SpecError("device='cuda' was asked for but PyTorch sees no CUDA device; use 'cpu'")
-    if requested == "auto":
-        return "cuda" if backends.cuda_devices() else "cpu"
-    return requested
-
-
 def runtime_config(spec: ExperimentSpec) -> RuntimeConfig:
     """The worker configuration that can run `spec` (validates the spec's device first)."""
-    mode = MODES[spec.mode]
-    if spec.mesh is not None and mode.runtime == "torch":
-        return RuntimeConfig("torch", "cpu")  # a gang: gloo ranks on the CPU
-    device = resolve_device(mode.runtime, spec.device)
-    if mode.runtime == "xla":
-        n = spec.device_count if device == "cpu" else 0  # 0: all chips the TPU host has
-        explain = spec.explain_compiles
-        if explain is None:
-            explain = spec.change is not None
-        return RuntimeConfig("xla", device, n, spmd=spec.mesh is not None,
-                             xla_flags=tuple(spec.xla_flags), explain_compiles=explain,
-                             dump_hlo="hlo" in spec.capture,
-                             persistent_cache=spec.persistent_cache)
-    if mode.runtime == "torch_tpu":
-        return RuntimeConfig("torch_tpu", device)
-    return RuntimeConfig("torch", device)
+    runtime = MODES[spec.mode].runtime
+    if spec.mesh is not None and runtime.gang_device:  # a gang: torchrun's ranks
+        return RuntimeConfig(runtime, runtime.gang_device)
+    device = runtime.device(spec.device)
+    if not runtime.xla:
+        return RuntimeConfig(runtime, device)
+    explain = spec.explain_compiles
+    if explain is None:
+        explain = spec.change is not None
+    return RuntimeConfig(runtime, device, spec.device_count if device == "cpu" else 0,
+                         spmd=spec.mesh is not None, xla_flags=tuple(spec.xla_flags),
+                         explain_compiles=explain, dump_hlo="hlo" in spec.capture,
+                         persistent_cache=spec.persistent_cache)

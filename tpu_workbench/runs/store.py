@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..environment.backends import cpu_model, tpu_chips_on_pci, tpu_kind_on_pci
 from ..environment.paths import results_dir
-from ..environment.torchtpu import worker_python
 from ..models.user import source_digest
 from ..records import records_frame
 from .spec import ExperimentSpec, RuntimeConfig, runtime_config
@@ -49,9 +48,9 @@ def fingerprint(config: RuntimeConfig, spec: ExperimentSpec | None = None) -> di
     ``model_source``, its file and a hash of its content: the spec holds only the ref, and an
     edited file is another model. The workbench's own families are covered by the source hash.
     """
-    python = worker_python(config.runtime)
+    python = config.runtime.python()
     env = {**os.environ, **config.env()}
-    flags = env.get("XLA_FLAGS", "") if config.runtime == "xla" else ""
+    flags = env.get("XLA_FLAGS", "") if config.runtime.xla else ""
     model_source = source_digest(spec.model) if spec is not None else None
     return {
         "runtime": config.label(),
@@ -209,7 +208,7 @@ def _python_version(python: str) -> str:
 def _device(config: RuntimeConfig) -> dict[str, Any]:
     if config.device == "tpu":
         return {"kind": tpu_kind_on_pci() or "TPU", "count": len(tpu_chips_on_pci())}
-    count = config.num_devices if config.runtime == "xla" else 1
+    count = config.num_devices if config.runtime.xla else 1
     return {"kind": config.device, "count": count}
 
 

@@ -23,7 +23,6 @@ import time
 from typing import Any
 
 from ..environment import backends
-from ..environment.torchtpu import worker_python
 from ..errors import WorkerCrashed, WorkerError
 from .spec import RuntimeConfig
 from .template import ForkedProcess, fork_worker
@@ -64,7 +63,7 @@ class Worker:
         self._ready = threading.Event()
         self._start_error: dict[str, Any] | None = None
         env = {**os.environ, **config.env()}
-        if config.runtime == "xla" and config.explain_compiles:
+        if config.runtime.xla and config.explain_compiles:
             # torch_xla explains each compilation (cause, graph, Python frame) in this file.
             fd, self.debug_file = tempfile.mkstemp(prefix="tpu_workbench_xla_", suffix=".log")
             os.close(fd)
@@ -73,7 +72,7 @@ class Worker:
             self.debug_file = ""
             env.pop("PT_XLA_DEBUG_LEVEL", None)
         self.dump_dir = ""
-        if config.runtime == "xla" and config.dump_hlo:
+        if config.runtime.xla and config.dump_hlo:
             # XLA writes the HLO of every module it compiles here (before and after
             # optimisation, and after SPMD partitioning); runs copy out what they compiled.
             self.dump_dir = tempfile.mkdtemp(prefix="tpu_workbench_hlo_")
@@ -83,11 +82,11 @@ class Worker:
                 flags.append("--xla_dump_hlo_pass_re=spmd-partitioning")
             env.update(XLA_FLAGS=" ".join(f for f in flags if f),
                        TPU_WORKBENCH_HLO_DUMP=self.dump_dir)
-        if config.runtime != "xla":  # a plain-PyTorch worker must not see XLA settings
+        if not config.runtime.xla:  # a plain-PyTorch worker must not see XLA settings
             for key in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_SPMD"):
                 env.pop(key, None)
         # A TorchTPU worker runs under .venv-torchtpu's interpreter when this one lacks it.
-        python = worker_python(config.runtime)
+        python = config.runtime.python()
         # Forked from a process that has imported torch where that is the same as a spawn.
         forked = fork_worker(python, config.device, env)
         self.forked = forked is not None

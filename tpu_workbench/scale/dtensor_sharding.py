@@ -93,7 +93,7 @@ def layout(model: str = "mingpt", preset: str = "tiny", mesh: Any = (2, 2),
     sharding.validate(mesh_shape, strategy, family, cfg,
                       batch_size or family.default_batch_size(cfg))
     device = resolve_device(device)
-    python = torchtpu.worker_python("torch_tpu") if device == "tpu" else sys.executable
+    python = torchtpu.worker_python() if device == "tpu" else sys.executable
     with tempfile.TemporaryDirectory(prefix="tpu_workbench_dtensor_") as tmp:
         job = Path(tmp) / "job.json"
         job.write_text(json.dumps({"spec": spec.to_dict(), "device": device, "out": tmp}))

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..environment.chips import Slice, get_slice
+from ..environment.runtimes import Runtime
 from ..errors import SpecError
 from ..planning.slice_plan import check_mesh
 from ..runs.spec import MODES
@@ -40,7 +41,7 @@ VIAS: dict[str, str] = {
     "xpk": "xpk workload create (GKE; a JobSet with one pod per host)",
     "ray": "a Ray driver: ray.util.tpu slice placement group, one task per host",
 }
-_MODE_RUNTIME = {"torch_xla": "xla", "torch_tpu": "torch_tpu"}
+_RUNTIME_OF = {r.launch_name: r for r in Runtime if r.launch_name}  # "torch_xla" -> Runtime.XLA
 DEFAULT_MODE = {"torch_xla": "compile", "torch_tpu": "tpu_compile"}
 MASTER_PORT = 29500  # torchrun's and TorchTPU's default rendezvous port
 GANG_MODULE = "tpu_workbench.worker.gang"  # the rank program torchrun starts: one per chip,
@@ -177,12 +178,12 @@ def _workdir(workdir: str) -> str:
     return _word(workdir) if workdir.startswith("/") else '"$HOME"/' + _word(workdir)
 
 
-def _program(runtime: str, via: str, sl: Slice, spec: dict[str, Any], rank: int | Shell,
+def _program(rt: Runtime, via: str, sl: Slice, spec: dict[str, Any], rank: int | Shell,
              hostnames: Sequence[str] | None) -> tuple[dict[str, Any], list[Any], list[str]]:
     """(env, argv, lookups) of one host: what it exports, runs, and finds out first."""
     container = via == "xpk"  # xpk's image: pip installs on PATH; TPU VMs: the repo's venvs
     mesh = "x".join(map(str, spec["mesh"]))
-    if runtime == "torch_xla":
+    if rt.xla:  # one SPMD process per host
         python = "python3" if container else ".venv/bin/python"
         argv = [python, "-m", "tpu_workbench", "shard", "--model", spec["model"], "--preset",
                 spec["preset"], "--mode", spec["mode"], "--mesh", mesh, "--strategy",
@@ -259,7 +260,8 @@ def launch_plan(slice_name: str, runtime: str = "torch_xla", via: str = "gcloud"
         raise SpecError(f"unknown launcher {via!r} (--via); valid: {', '.join(VIAS)}")
     sl = get_slice(slice_name)
     mode = mode or DEFAULT_MODE[runtime]
-    valid = [m for m, v in MODES.items() if v.runtime == _MODE_RUNTIME[runtime]]
+    rt = _RUNTIME_OF[runtime]
+    valid = [m for m, v in MODES.items() if v.runtime is rt]
     if mode not in valid:
         raise SpecError(f"mode {mode!r} does not run on {runtime}; {runtime} modes: "
                         f"{', '.join(valid)}")
@@ -280,7 +282,7 @@ def launch_plan(slice_name: str, runtime: str = "torch_xla", via: str = "gcloud"
     _check_name("TPU name", name)
     notes = [RUNTIMES[runtime], VIAS[via]]
     files: dict[str, str] = {}
-    plans = [_resolved(i, runtime, via, sl, spec, hostnames, None if via == "xpk" else workdir)
+    plans = [_resolved(i, rt, via, sl, spec, hostnames, None if via == "xpk" else workdir)
              for i in range(sl.hosts)]
     if via == "xpk":
         if not cluster:
@@ -290,7 +292,7 @@ def launch_plan(slice_name: str, runtime: str = "torch_xla", via: str = "gcloud"
         workload = _check_name("workload", workload or re.sub(
             r"[^a-z0-9-]+", "-", f"wb-{model}-{strategy}-{sl.name}".lower())[:40].strip("-"))
         # One command for every pod: GKE's JobSet gives each its JOB_COMPLETION_INDEX.
-        env, argv, lookups = _program(runtime, via, sl, spec, Shell('"$JOB_COMPLETION_INDEX"'),
+        env, argv, lookups = _program(rt, via, sl, spec, Shell('"$JOB_COMPLETION_INDEX"'),
                                       hostnames)
         tool = ["xpk", "workload", "create", "--cluster", cluster, "--workload", workload,
                 "--tpu-type", sl.accelerator_type, "--num-slices", "1",
@@ -303,7 +305,7 @@ def launch_plan(slice_name: str, runtime: str = "torch_xla", via: str = "gcloud"
     elif via == "gcloud":
         base = ["gcloud", "compute", "tpus", "tpu-vm", "ssh", name,
                 *(["--zone", zone] if zone else []), *(["--project", project] if project else [])]
-        if runtime == "torch_xla":  # the same command on every host
+        if rt.xla:  # the same command on every host
             launch = [shlex.join([*base, "--worker=all", "--command", plans[0].command])]
         else:  # torchrun's --node_rank differs per host: one ssh each, run together
             launch = [shlex.join([*base, f"--worker={h.index}", "--command", h.command])
@@ -313,7 +315,7 @@ def launch_plan(slice_name: str, runtime: str = "torch_xla", via: str = "gcloud"
         tools = ("gcloud",)
     else:
         script = f"launch_{sl.name.replace('-', '_')}.py"
-        files[script] = ray_driver(sl, plans, runtime, hostnames is not None)
+        files[script] = ray_driver(sl, plans, rt, hostnames is not None)
         launch = [shlex.join(["python", script])]
         notes.append("run where the Ray cluster is reachable (RAY_ADDRESS or its head node)")
         tools = ("python",)
@@ -322,13 +324,13 @@ def launch_plan(slice_name: str, runtime: str = "torch_xla", via: str = "gcloud"
                       tools, tuple(notes))
 
 
-def _resolved(index: int, runtime: str, via: str, sl: Slice, spec: dict[str, Any],
+def _resolved(index: int, rt: Runtime, via: str, sl: Slice, spec: dict[str, Any],
               hostnames: Sequence[str] | None, workdir: str | None) -> HostPlan:
     """Host `index`'s plan, its rank written out (xpk: no workdir, the container's setup)."""
-    env, argv, lookups = _program(runtime, via, sl, spec, index, hostnames)
+    env, argv, lookups = _program(rt, via, sl, spec, index, hostnames)
     command = _host_command(env, argv, lookups, workdir,
-                            XPK_SETUP[runtime] if via == "xpk" else None)
-    if runtime == "torch_tpu" and not hostnames:
+                            XPK_SETUP[rt.launch_name] if via == "xpk" else None)
+    if not rt.xla and not hostnames:  # torchrun's ranks need their peers' addresses
         env = {**env, "TPU_WORKER_HOSTNAMES": "$TPU_WORKER_HOSTNAMES",
                "MASTER_ADDR": "${TPU_WORKER_HOSTNAMES%%,*}"}
     return HostPlan(index, {k: str(v) for k, v in env.items()},
@@ -401,16 +403,16 @@ def ray_accelerator_version(sl: Slice) -> str:
     return "v5litepod" if sl.chip == "v5e" else sl.chip
 
 
-def ray_driver(sl: Slice, plans: Sequence[HostPlan], runtime: str, literal: bool) -> str:
+def ray_driver(sl: Slice, plans: Sequence[HostPlan], rt: Runtime, literal: bool) -> str:
     """The Python driver that runs each host's command on one bundle of a
     ``ray.util.tpu.slice_placement_group`` (TorchTPU's peers: the bundles' IPs, worker 0
     first, unless the plan already has them)."""
-    return _RAY_DRIVER.format(slice=sl.name, runtime=runtime, topology=sl.topology_text,
+    return _RAY_DRIVER.format(slice=sl.name, runtime=rt.launch_name, topology=sl.topology_text,
                               version=ray_accelerator_version(sl),
                               chips_per_host=sl.chips_per_host,
                               commands="[\n" + "".join(f"    {p.command!r},\n"
                                                          for p in plans) + "]",
-                              set_hostnames=runtime == "torch_tpu" and not literal,
+                              set_hostnames=not rt.xla and not literal,
                               metadata=METADATA)
 
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..environment.runtimes import Runtime
 from ..runs.spec import ExperimentSpec
 
 Batch = dict[str, torch.Tensor]
@@ -139,7 +140,7 @@ class Backend:
     """One runtime in a worker. Subclasses set ``runtime`` and implement :meth:`runtime_info`
     and :meth:`setup`; the rest has defaults for a runtime without compilations."""
 
-    runtime: ClassVar[str]
+    runtime: ClassVar[Runtime]
 
     def __init__(self) -> None:
         self.device: torch.device = torch.device("cpu")

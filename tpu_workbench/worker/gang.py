@@ -89,6 +89,7 @@ def _train(job: dict[str, Any], rank: int, world: int, log: RankLog) -> dict[str
 
     from .. import models, sharding
     from ..environment import torchtpu
+    from ..environment.runtimes import Runtime
     from ..runs.spec import MODES, ExperimentSpec
     from . import dtensor_train as dt
     from .backend import make_optimizer
@@ -120,7 +121,7 @@ def _train(job: dict[str, Any], rank: int, world: int, log: RankLog) -> dict[str
         opt = make_optimizer(spec, family, net)
         if spec.mode == "tpu_compile":
             net = torch.compile(net, backend="tpu")
-        elif MODES[spec.mode].runtime == "torch_tpu":
+        elif MODES[spec.mode].runtime is Runtime.TORCH_TPU:
             torch.tpu.set_eager_mode(getattr(torch.tpu.EagerMode, torchtpu.MODE_EAGER[spec.mode]))
         if rank == 0:
             log.write({"kind": "info", "n_params": n_params, "batch_size": batch_size,

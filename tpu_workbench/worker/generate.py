@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import models
+from ..environment.runtimes import Runtime
 from ..generation import analysis as generation
 from ..generation.spec import GenerationSpec
 from .backend import Backend
@@ -116,7 +117,7 @@ class HFLM:
 
 def _prepare(spec: GenerationSpec, backend: Backend) -> Callable[[Callable, str], Callable]:
     """Put `backend` on its device and counters; return how the mode wraps a step function."""
-    if backend.runtime == "xla":
+    if backend.runtime.xla:
         import torch_xla
 
         from .xla import XLACounters
@@ -135,7 +136,7 @@ def _prepare(spec: GenerationSpec, backend: Backend) -> Callable[[Callable, str]
                 return synced
             return lazy
         return lambda fn, name: fn
-    if backend.runtime == "torch_tpu":
+    if backend.runtime is Runtime.TORCH_TPU:
         from .torchtpu import DEVICE_TYPE, CacheCounters
 
         backend.device = torch.device(DEVICE_TYPE)
@@ -174,11 +175,11 @@ def generate(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str,
         shared = lm.new_cache(static, spec.batch) if static is not None else None
         loop = _Loop(ctx, spec, backend, lm, wrap, shared)
         placed = [loop.place(r, p) for r, p in enumerate(prompts)]
-        if spec.mode != "torch_eager" and backend.runtime == "xla":
+        if spec.mode != "torch_eager" and backend.runtime.xla:
             import torch_xla
 
             torch_xla.sync()  # weights, prompts and the static cache on the device first
-        if "hlo" in spec.capture and backend.runtime == "xla":  # after set-up's own sync
+        if "hlo" in spec.capture and backend.runtime.xla:  # after set-up's own sync
             from .xla import HLOCapture
 
             backend.capture = HLOCapture()

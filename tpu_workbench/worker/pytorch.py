@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..environment.paths import cache_dir
+from ..environment.runtimes import Runtime
 from .backend import Backend, ChangeHooks, GraphBreaks, NoCounters, Step, make_optimizer, make_step
 
 
@@ -66,7 +67,7 @@ class TorchProfiler:
 class TorchBackend(Backend):
     """Plain PyTorch on the CPU (or CUDA): modes ``torch_eager`` and ``inductor``."""
 
-    runtime = "torch"
+    runtime = Runtime.TORCH
 
     def runtime_info(self) -> dict[str, Any]:
         return {"runtime": "torch", "device": "cuda" if torch.cuda.is_available() else "cpu",

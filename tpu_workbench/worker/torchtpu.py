@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..environment.runtimes import Runtime
 from ..environment.torchtpu import DEVICE_TYPE, MODE_EAGER, dry_run, lookup, status, version
 from .backend import Backend, ChangeHooks, Step, make_optimizer, make_step
 
@@ -137,7 +138,7 @@ class TorchTPUBackend(Backend):
     """TorchTPU on a chip: the model and optimizer on ``"tpu"``, the eager mode set, the step
     compiled for ``tpu_compile``."""
 
-    runtime = "torch_tpu"
+    runtime = Runtime.TORCH_TPU
 
     def runtime_info(self) -> dict[str, Any]:
         """What a TorchTPU worker sees: the device, its name and count (needs a chip)."""

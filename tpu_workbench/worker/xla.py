@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..environment.runtimes import Runtime
 from .backend import Backend, ChangeHooks, GraphBreaks, Step, make_optimizer, make_step
 from .recompiles import CompileLog
 
@@ -177,7 +178,7 @@ class XLABackend(Backend):
     """torch_xla: the environment (PJRT_DEVICE, CPU_NUM_DEVICES, XLA_FLAGS, XLA_USE_SPMD) was set
     before this worker imported it."""
 
-    runtime = "xla"
+    runtime = Runtime.XLA
 
     def __init__(self) -> None:
         super().__init__()
