@@ -36,11 +36,12 @@ def _():
     On a TPU slice one program runs on every chip; **SPMD** sharding says which slice of every
     tensor each chip holds, and XLA's partitioner turns the global program into a per-chip one,
     inserting the collectives (all-reduce, all-gather...) the layout needs. Here virtual XLA:CPU
-    devices stand in for the chips: the SPMD partitioner is the same, so the layouts and the
-    collectives it inserts are the ones a v6e's program gets before backend optimisation (the
-    TPU compiler may then combine, reorder or overlap them). Pick a mesh shaped like a real
-    slice and a strategy, then see every tensor's layout, the memory each device holds, the
-    collectives, and what they would cost on a v6e's ICI.
+    devices stand in for the chips: the SPMD partitioner is the same, so the layouts are the
+    ones a v6e's program gets. The collectives listed are those left in XLA:CPU's optimised
+    step (the partitioner inserted them; XLA:CPU's later passes may merge some, and the TPU's
+    compiler would combine, reorder and overlap them its own way). Pick a mesh shaped like a
+    real slice and a strategy, then see every tensor's layout, the memory each device holds,
+    the collectives, and what they would cost on the ICI of a v6e slice of that many chips.
     """)
     return
 
@@ -273,8 +274,9 @@ def _():
     form below trains minGPT tiny as a gang of processes, each a rank holding its part
     (FSDP2's `fully_shard` for fsdp, `parallelize_module` column/row plans for tp, both on a
     2-D mesh for dp_tp, DDP for dp). The losses must equal one process's; the collectives are
-    what `CommDebugMode` counted in one step on rank 0 (bytes measured; the times are the same
-    ring-model estimate on a v6e as above). On a TPU the same code runs over `tpu_dist`.
+    what `CommDebugMode` counted in one step on rank 0 (bytes measured; the times come from
+    the same ICI model as above, the ranks on a v6e slice's chips). On a TPU the same code runs
+    over `tpu_dist`.
     """)
     return
 
@@ -356,12 +358,13 @@ def _():
 
     Before renting a slice: how fast would this model train on it, and what would hold it
     back? The workbench compiles the training step on the slice's mesh of virtual devices (it
-    never runs it: the same SPMD-partitioned program a TPU would get), takes XLA's FLOPs and
-    bytes per device and the collectives XLA inserted, and times them on the chip's published
-    figures. A large model is compiled with one and two blocks at its real width and scaled to
-    all its blocks. Every number below is **predicted**, not measured; the assumptions are
-    listed under the chart. The fit check beside it says whether the plan fits the chips' HBM:
-    a plan that does not fit is not predicted.
+    never runs it: partitioned by the same SPMD partitioner as on a TPU, then optimised by
+    XLA:CPU, not by the TPU's compiler), takes XLA's FLOPs and bytes per device and the
+    collectives XLA inserted, and times them on the chip's published figures. A large model is
+    compiled with one and two blocks at its real width and scaled to all its blocks. Every
+    number below is **predicted**, not measured; the assumptions are listed under the chart.
+    The fit check beside it says whether the plan fits the chips' HBM: a plan that does not
+    fit is not predicted.
     """)
     return
 
@@ -441,7 +444,8 @@ def _():
     ## Plan for a v6e-16 / v6e-32
 
     A model that outgrows one v6e-8 host runs as one program on **every host** of a larger
-    slice: a v6e-16 is 4 hosts of 4 chips (4x4), a v6e-32 8 hosts of 4 (4x8). torch_xla runs
+    slice: a v6e-16 is 4 hosts of 4 chips (4x4), a v6e-32 8 hosts of 4 (4x8) (a multi-host
+    slice is built of 4-chip hosts; 8 chips is the largest single host, a v6e-8). torch_xla runs
     one SPMD process per host over a mesh of all the slice's chips; TorchTPU runs `torchrun` on
     every host, one process per chip. Either way every host must start, or the others wait
     forever. Pick a slice, a runtime and a launcher: the page shows the memory each chip would

@@ -297,12 +297,17 @@ def _():
     mo.md(r"""
     ## Does the real model fit on a v6e slice?
 
-    Per chip: parameters, gradients and Adam state under each strategy, plus an estimate of the
-    activations a step keeps for its backward pass (Korthikanti et al. 2022; with full
-    recomputation only each layer's input). bf16 parameters with fp32 master weights and Adam
-    (2 + 2 + 12 bytes per parameter), a v6e chip's 32 GB of HBM with 10% kept free. Counted on
-    the meta device: instant, nothing compiled.
+    Per chip: parameters, gradients and Adam state under each strategy, the activations a step
+    keeps for its backward pass (from the block's own shape: grouped-query attention, gated
+    MLP; with full recomputation only each block's input) and the loss's logits. Counted on
+    the meta device: instant, nothing compiled. The convention, the same in every view:
     """)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(f"_{sharding.CONVENTION}_")
     return
 
 
@@ -323,8 +328,7 @@ def _(family):
 def _(global_batch, model_ref, plan_preset, recompute, seq_len):
     try:
         fit = sharding.model_fit_table(model_ref, plan_preset.value, int(global_batch.value),
-                                       int(seq_len.value), bytes_per_param=2,
-                                       optimizer_bytes_per_param=12, recompute=recompute.value)
+                                       int(seq_len.value), recompute=recompute.value)
         _error = None
     except wb.SpecError as exc:
         fit, _error = None, exc
@@ -341,7 +345,7 @@ def _(global_batch, model_ref, plan_preset, recompute, seq_len):
 @app.cell
 def _(fit):
     nb.table(fit[["slice", "strategy", "mesh", "fits", "per_device_gb", "activation_gb",
-                  "reason"]], label="fit per slice and strategy", page_size=12)
+                  "logits_gb", "reason"]], label="fit per slice and strategy", page_size=12)
     return
 
 
@@ -379,7 +383,7 @@ def judge_smallest_slice(said: str, fit) -> tuple[str, str]:
     """The verdict on `said` (a slice name or "none") for the fit table `fit`: ``(callout
     kind, markdown)``. Pure: it starts nothing."""
     _rows = fit[(fit["strategy"] == "fsdp") & fit["fits"]]
-    order = list(sharding.SLICES)
+    order = list(wb.slice_table()["slice"])
     right = min(_rows["slice"], key=order.index) if len(_rows) else "none"
     if said == right:
         return "success", f"**Right**: {right}" + (

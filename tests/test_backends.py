@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import tpu_workbench as wb
@@ -116,16 +118,17 @@ def test_refresh_keeps_the_best_peak(tmp_path, monkeypatch):
     assert backends.host_peak_flops(refresh=True)["peak_flops"] == 150e9
 
 
-def test_mfu_never_exceeds_one(tmp_path, monkeypatch):
-    """A run faster than the cached host peak (measured under load) re-measures; if it still
-    wins, its own FLOP/s is the peak and the source says so."""
+def test_a_run_that_beats_the_peak_measured_again_gets_no_mfu(tmp_path, monkeypatch):
+    """A run faster than the cached host peak (measured under load) re-measures it. If it still
+    wins, its FLOP count or the peak is wrong: no MFU (NaN) and the source says why. (It used
+    to become the peak itself, so MFU read 1.0 and hid a FLOP-accounting error.)"""
     monkeypatch.setenv("TPU_WORKBENCH_CACHE", str(tmp_path))
     monkeypatch.setattr(backends, "_HOST_PEAK", None)
     _fake_measurement(monkeypatch, [50e9, 90e9, 95e9])
     cpu = {"runtime": "xla", "pjrt_device": "CPU", "device_kind": "cpu"}
     assert timing.honest_peak(40e9, cpu)[0] == 50e9  # below the peak: the peak as it is
     peak, source = timing.honest_peak(120e9, cpu)  # beats it: measured again (90), still beats
-    assert peak == 120e9 and "this run's own FLOP/s" in source and "90.0 GFLOP/s" in source
+    assert math.isnan(peak) and "no MFU" in source and "90.0 GFLOP/s" in source
     assert backends.host_peak_flops()["peak_flops"] == 90e9  # the re-measurement was kept
     peak, source = timing.honest_peak(92e9, cpu)  # re-measured (95): the new peak holds
     assert peak == 95e9 and "measured at" in source

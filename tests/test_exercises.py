@@ -122,16 +122,21 @@ def test_your_model_exercise_reads_the_fit_table_and_starts_nothing(worker_log):
 
     module = _load("your_model")
     assert _inputs(module, "judge_smallest_slice(slice_answer") == {"fit", "slice_answer"}
-    # Llama-3-8B, batch 32 x 2048 tokens: fsdp fits from v6e-8 with recomputation only.
-    plan = dict(n_params=8_030_261_248, batch_size=32, seq_len=2048, hidden=4096, layers=32,
-                heads=32, kv_heads=8, bytes_per_param=2, optimizer_bytes_per_param=12)
-    kept = sharding.fit_table(**plan, recompute=True)
-    assert module.judge_smallest_slice("v6e-8", kept)[0] == "success"
-    assert module.judge_smallest_slice("v6e-16", kept)[0] == "warn"
-    full = sharding.fit_table(**plan, recompute=False)  # 30.6 GB of activations even on v6e-32
-    assert not full[full.strategy == "fsdp"].fits.any()
-    assert module.judge_smallest_slice("none", full)[0] == "success"
-    assert module.judge_smallest_slice("v6e-32", full)[0] == "warn"
+    # Llama-3-8B, batch 32 x 2048 tokens: recomputation lets fsdp fit on a smaller slice
+    order = ["v6e-8", "v6e-16", "v6e-32", "none"]
+
+    def smallest(table) -> str:
+        rows = table[(table.strategy == "fsdp") & table.fits]
+        return min(rows.slice, key=order.index) if len(rows) else "none"
+
+    kept = sharding.model_fit_table("hf:llama", "llama-3-8b", 32, 2048, recompute=True)
+    full = sharding.model_fit_table("hf:llama", "llama-3-8b", 32, 2048, recompute=False)
+    assert order.index(smallest(kept)) < order.index(smallest(full))
+    for table in (kept, full):
+        right = smallest(table)
+        assert module.judge_smallest_slice(right, table)[0] == "success"
+        wrong = next(s for s in order if s != right)
+        assert module.judge_smallest_slice(wrong, table)[0] == "warn"
     assert worker_log() == 0
 
 

@@ -3,7 +3,6 @@ that train (tpu_workbench.worker.dtensor_train), supervision of dying and hangin
 
 from __future__ import annotations
 
-import math
 import os
 import time
 
@@ -146,7 +145,6 @@ def test_bad_gang_specs_fail_before_anything_starts(monkeypatch, changes, messag
     bad = spec("fsdp", (2,)).replace(**changes)
     with pytest.raises(wb.SpecError, match=message):
         wb.submit(bad)
-    assert math.prod(bad.mesh) > 0
 
 
 def _ranks(g: gang.Gang, n: int, tmp_path, report: str = "") -> list:

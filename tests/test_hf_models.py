@@ -106,12 +106,8 @@ def test_gqa_kv_heads_that_do_not_divide_the_model_axis_name_valid_meshes():
 
 
 def test_flops_match_an_independent_count():
-    # GPT-2 small: minGPT's own GPT-2 preset is the same architecture, counted by its own formula.
-    hf2 = models.get_model("hf:gpt2")
-    mingpt = models.get_model("mingpt")
-    assert hf2.flops_per_step(hf2.config("gpt2"), 8) == \
-        mingpt.flops_per_step(mingpt.config("gpt2"), 8)
-    # Llama-3-8B: the Linear weights of the built model, plus QK^T and AV over T x T by hand.
+    # Llama-3-8B: the Linear weights of the built model, plus QK^T and AV over T x T by hand
+    # (every family's forward pass is also counted by torch's FlopCounterMode below).
     family, cfg, net = _meta("hf:llama", "llama-3-8b")
     T, batch = 11, 8
     n = batch * T

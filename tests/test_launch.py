@@ -391,27 +391,27 @@ def test_execute_without_the_tool_says_so_and_runs_nothing(tmp_path, monkeypatch
 # --------------------------------------------------------------------------------------------
 # Collectives per step on the slice
 # --------------------------------------------------------------------------------------------
-def test_step_collectives_by_hand():
+def test_step_collectives_per_strategy():
+    """What each strategy sends per step (Megatron-LM, ZeRO-3), on the slice's torus: the kinds,
+    counts and bytes here; their times are the one ICI model's (tests/test_ici.py)."""
     gb = 1e9
-    # dp of 1e9 fp32 params on v6e-16 (4x4): one all-reduce of 4 GB over both physical axes,
-    # 4 < 16 chips so no wrap-around: one direction, 100 GB/s per link x 2 axes;
-    # 2 x 15/16 x 4e9 / 2e11 s = 37.5 ms, plus 2 x (3 + 3) hops of 1 µs
+    # dp of 1e9 fp32 params on v6e-16 (4x4): one all-reduce of the 4 GB of gradients over
+    # every chip, so along both axes of the torus
     (row,) = sp.step_collectives(10**9, 1024, 8, "v6e-16", "dp", 32, 128)
     assert (row["kind"], row["physical_axes"], row["bytes"]) == ("all-reduce", "4x4", 4 * gb)
-    assert row["estimated_us"] == pytest.approx(37_500 + 12)
-    # fsdp: two all-gathers and a reduce-scatter of the parameters, 15/16 x 4e9 / 2e11 each
+    # fsdp: the parameters gathered for the forward and again for the backward pass, the
+    # gradients reduce-scattered
     rows = sp.step_collectives(10**9, 1024, 8, "v6e-16", "fsdp", 32, 128)
     assert [r["kind"] for r in rows] == ["all-gather", "all-gather", "reduce-scatter"]
-    assert rows[0]["estimated_us"] == pytest.approx(18_750 + 6)
-    # tp, 8 layers: 32 all-reduces of b*s*h*4 = 32*128*1024*4 B over the model axis of 4
-    # (a line: 100 GB/s, 3 hops); on v6e-256 the model axis has 16 chips and wraps around
-    # (a ring: 200 GB/s, 8 hops)
+    assert {r["bytes"] for r in rows} == {4 * gb}
+    # tp, 8 layers: 2 all-reduces forward and 2 backward per layer, of one layer's activations
+    # b*s*h*4 B, over the model axis: 4 chips along one axis of v6e-16, 16 (a ring) on v6e-256
     (tp16,) = sp.step_collectives(10**9, 1024, 8, "v6e-16", "tp", 32, 128)
     v = 32 * 128 * 1024 * 4
-    assert (tp16["count"], tp16["bytes"]) == (32, v)
-    assert tp16["estimated_us"] == pytest.approx(2 * 3 / 4 * v / 1e11 * 1e6 + 6)
+    assert (tp16["count"], tp16["bytes"], tp16["physical_axes"]) == (32, v, "4")
     (tp256,) = sp.step_collectives(10**9, 1024, 8, "v6e-256", "tp", 32, 128)
-    assert tp256["estimated_us"] == pytest.approx(2 * 15 / 16 * v / 2e11 * 1e6 + 16)
+    assert tp256["physical_axes"] == "16"
+    assert tp256["estimated_us"] < tp16["estimated_us"]  # a wrapped ring of 16 beats a line
     # dp_tp on 4x4: activations of a quarter of the batch, gradients a quarter each chip
     act, grad = sp.step_collectives(10**9, 1024, 8, "v6e-16", "dp_tp", 32, 128)
     assert act["bytes"] == v / 4 and grad["bytes"] == 4 * gb / 4

@@ -86,7 +86,7 @@ def test_summary_has_throughput_and_mfu(all_modes):
     assert (summary["items_per_s"] > 0).all()
     assert (summary["item_unit"] == "tokens").all()
     assert ((summary["mfu"] > 0) & (summary["mfu"] <= 1)).all(), summary["mfu"].tolist()
-    assert summary["peak_source"].str.contains("measured at|this run's own FLOP/s").all()
+    assert summary["peak_source"].str.contains("measured at").all()
     # achieved / peak, from the columns themselves: MFU is what it claims to be
     ratio = summary["achieved_tflops"] / summary["peak_tflops"]
     assert np.allclose(ratio, summary["mfu"])

@@ -113,11 +113,12 @@ def roofline_roof(target: str) -> tuple[float, float, str]:
 
 def honest_peak(achieved: float, runtime: dict,
                 spec_mesh: tuple[int, ...] | None = None) -> tuple[float, str]:
-    """:func:`peak_flops`, never below what a run achieved.
+    """:func:`peak_flops`, measured again where a run beat it.
 
-    A run faster than the host's measured peak proves that figure too low (measured under
-    load): measure again (the cache keeps the best), and if the run still beats it, use the
-    run's own FLOP/s as the peak and say so. So MFU never exceeds 1.
+    A run faster than the host's measured peak may prove that figure too low (measured under
+    load): measure again (the cache keeps the best). If the run still beats it, something is
+    wrong (the run's FLOP count, or the peak) and no MFU is reported: the peak comes back NaN
+    and the source says why, so a wrong FLOP count shows instead of reading as MFU 1.0.
     """
     from .environment import backends
 
@@ -127,9 +128,9 @@ def honest_peak(achieved: float, runtime: dict,
     backends.host_peak_flops(refresh=True)
     peak, source = peak_flops(runtime, spec_mesh)
     if achieved > peak:
-        source = (f"this run's own FLOP/s: it beat the host peak measured again "
-                  f"({peak / 1e9:,.1f} GFLOP/s; {source})")
-        peak = achieved
+        return float("nan"), (f"no MFU: this run's {achieved / 1e9:,.1f} GFLOP/s beat the host "
+                              f"peak measured again ({peak / 1e9:,.1f} GFLOP/s; {source}), so "
+                              "its FLOPs per step or that peak is wrong")
     return peak, source
 
 
@@ -138,9 +139,9 @@ def summarize_results(results: list, warmup: int = WARMUP_STEPS) -> pd.DataFrame
 
     Extra columns: ``items_per_s`` (tokens/s or images/s, unit in ``item_unit``),
     ``flops_per_step`` (analytic until the HLO cost analysis supplies XLA's count),
-    ``achieved_tflops``, ``peak_tflops``, ``mfu`` (achieved / peak, at most 1: see
-    :func:`honest_peak`), ``peak_source``, ``metric_name``/``metric`` (the model's evaluation
-    after training) and ``n_params``.
+    ``achieved_tflops``, ``peak_tflops``, ``mfu`` (achieved / peak; NaN where the run beat
+    the peak measured again: see :func:`honest_peak`), ``peak_source``,
+    ``metric_name``/``metric`` (the model's evaluation after training) and ``n_params``.
     """
     rows = []
     for result in results:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..errors import SpecError
@@ -36,8 +37,8 @@ class Chip:
     hbm_gbps: float  # HBM bandwidth per chip, GB/s
     ici_link_gbps: float  # one ICI link, one direction, GB/s
     ici_links: int  # ICI links per chip (4: 2D torus, 6: 3D torus)
-    wraparound_from: int  # a mesh axis this long or longer has a wrap-around link (a ring)
-    chips_per_host: int
+    wraparound_from: int  # the axis length (2D) or cube edge (3D) that wraps around: wraps()
+    chips_per_host: int  # on the largest single-host VM (multi-host slices: Slice.chips_per_host)
     max_pod_chips: int
     topology: str
 
@@ -51,6 +52,18 @@ class Chip:
         """All of a chip's ICI links, both directions, GB/s."""
         return 2 * self.ici_links * self.ici_link_gbps
 
+    def wraps(self, topology: Sequence[int], axis: int) -> bool:
+        """Whether `axis` of a slice of this chip with physical `topology` closes into a ring.
+
+        2D tori (v5e, v6e): an axis as long as a pod's edge (16 chips) wraps, shorter ones do
+        not (a v5e 8x16 wraps along its 16 chips only). 3D tori (v5p): the wrap-around links
+        come from the optical switches between 4x4x4 cubes, so a slice made of whole cubes
+        wraps on every axis and a smaller one (2x2x4) on none (jax-ml/scaling-book tpus.md;
+        Cloud TPU v4 docs: a torus where each dimension is a multiple of 4)."""
+        if self.topology == "3D torus":
+            return all(a % self.wraparound_from == 0 for a in topology)
+        return topology[axis] >= self.wraparound_from
+
     def as_dict(self) -> dict:
         return {**asdict(self), "ici_total_gbps": self.ici_total_gbps, "source": SOURCE}
 
@@ -59,7 +72,7 @@ CHIPS: dict[str, Chip] = {
     # v5e / v6e: slices shorter than 16 chips along an axis have no wrap-around link.
     "v5e": Chip("v5e", 197.0, 16.0, 819.0, 50.0, 4, 16, 8, 256, "2D torus"),
     "v6e": Chip("v6e", 918.0, 32.0, 1638.0, 100.0, 4, 16, 8, 256, "2D torus"),
-    # v5p: 3D torus; axes of 4 chips and more wrap around (cubes of 4x4x4 and larger slices).
+    # v5p: 3D torus; slices of whole 4x4x4 cubes wrap around (Chip.wraps).
     "v5p": Chip("v5p", 459.0, 95.0, 2765.0, 100.0, 6, 4, 4, 8960, "3D torus"),
 }
 

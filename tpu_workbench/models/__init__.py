@@ -7,8 +7,10 @@ Each is a :class:`ModelFamily`; :func:`get_model` returns one by name.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import json
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
@@ -63,22 +65,36 @@ def get_model(name: str) -> ModelFamily:
     return getattr(module, cls_name)()
 
 
+def count_params(name: str, preset: str, options: dict[str, Any] | None = None) -> int:
+    """Parameters of a family's preset (with `options`), each tied weight once: the model is
+    built on PyTorch's 'meta' device (shapes only: Llama-3-8B in a second) and remembered."""
+    return _count_params(name, preset, json.dumps(options or {}, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _count_params(name: str, preset: str, options: str) -> int:
+    import torch
+
+    from .base import n_params
+
+    family = get_model(name)
+    with torch.device("meta"):
+        return n_params(family.build(family.config(preset, **json.loads(options))))
+
+
 def preset_table(name: str):
     """Every preset of a model family: parameters, default batch, analytic FLOPs per step.
 
     Models are built on PyTorch's 'meta' device (shapes only), so even GPT-2 size is instant.
     """
     import pandas as pd
-    import torch
 
     family = get_model(name)
     rows = []
     for preset in family.presets:
         cfg = family.config(preset)
-        with torch.device("meta"):
-            n_params = sum(p.numel() for p in family.build(cfg).parameters())
         batch = family.default_batch_size(cfg)
-        rows.append({"preset": preset, "params": n_params, "batch_size": batch,
+        rows.append({"preset": preset, "params": count_params(name, preset), "batch_size": batch,
                      "items_per_step": family.items_per_batch(cfg, batch),
                      "item_unit": family.item_unit,
                      "gflops_per_step": family.flops_per_step(cfg, batch) / 1e9,
@@ -112,11 +128,12 @@ def load_trained(result: Any) -> tuple[ModelFamily, Any, Any]:
 
 def __getattr__(name: str) -> Any:
     # Keep `import tpu_workbench.models` free of torch until a model is needed.
-    if name in ("Batch", "ModelFamily"):
+    if name in ("Batch", "ModelFamily", "TransformerShape", "n_params"):
         from . import base
 
         return getattr(base, name)
     raise AttributeError(name)
 
 
-__all__ = ["Batch", "ModelFamily", "get_model", "load_trained", "model_names", "preset_table"]
+__all__ = ["Batch", "ModelFamily", "TransformerShape", "count_params", "get_model",
+           "load_trained", "model_names", "n_params", "preset_table"]

@@ -20,6 +20,28 @@ if TYPE_CHECKING:  # a family's presets and checks need no torch; its models and
 Batch = dict[str, "torch.Tensor"]
 
 
+@dataclasses.dataclass(frozen=True)
+class TransformerShape:
+    """What planning needs to know of a decoder-only transformer, declared by its family: the
+    memory of its activations and logits, the widths tensor parallelism splits, and the option
+    that sets how many blocks it has (one and two blocks are compiled, then extrapolated)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int  # fewer than heads under grouped-query attention
+    head_dim: int
+    intermediate: int  # the MLP's inner width
+    vocab: int
+    mlp: str  # "gelu": two matrices (GPT); "gated": gate, up and down (SwiGLU, GeGLU)
+    layers_option: str  # the config field that sets `layers` (n_layer, num_hidden_layers)
+
+
+def n_params(model: nn.Module) -> int:
+    """Parameters of `model`, each tied weight counted once (``parameters()`` skips repeats)."""
+    return sum(p.numel() for p in model.parameters())
+
+
 class ModelFamily:
     """Base class of a model family (``mingpt``, ``resnet``, ``unet``, ``mlp``).
 
@@ -72,6 +94,13 @@ class ModelFamily:
     def evaluate(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Scalar evaluation metric (a tensor, so it stays on the device until read)."""
         raise NotImplementedError
+
+    # The dtype a real-size preset is planned in (memory, collectives, the compiled step).
+    planning_dtype: ClassVar[str] = "float32"
+
+    def transformer_shape(self, cfg: Any) -> TransformerShape | None:
+        """Widths and kinds of a decoder-only transformer's blocks (None: not one)."""
+        return None
 
     def model_axis_widths(self, cfg: Any) -> dict[str, int]:
         """Widths that tensor parallelism splits over a mesh's model axis and that must divide

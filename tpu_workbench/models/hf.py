@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from ..errors import SpecError
-from .base import ModelFamily
+from .base import ModelFamily, TransformerShape
 from .mingpt import MinGPTFamily
 
 
@@ -109,6 +109,9 @@ class HFFamily(ModelFamily):
     item_unit = "tokens"
     sequence_dim = 1
     default_lr = 1e-3
+    planning_dtype = "bfloat16"  # real-size presets are planned as they train: in bf16
+    mlp: ClassVar[str] = "gated"  # SwiGLU (Llama, Qwen2), GeGLU (Gemma 2); GPT-2: "gelu"
+    layers_field: ClassVar[str] = "num_hidden_layers"
 
     # minGPT's sorting task: batches, cross entropy on the sorted half, its accuracy, decoding.
     make_batch = MinGPTFamily.make_batch
@@ -193,6 +196,18 @@ class HFFamily(ModelFamily):
         hf_cfg = self.hf_config(cfg)
         return {f: getattr(hf_cfg, f) for f in self.head_fields}
 
+    def transformer_shape(self, cfg: HFConfig) -> TransformerShape:
+        hf = self.hf_config(cfg)  # GPT-2's n_embd, n_layer... answer to the common names too
+        heads = hf.num_attention_heads
+        hidden = hf.hidden_size
+        inner = getattr(hf, "intermediate_size", None) or getattr(hf, "n_inner", None)
+        return TransformerShape(
+            hidden=hidden, layers=hf.num_hidden_layers, heads=heads,
+            kv_heads=getattr(hf, "num_key_value_heads", None) or heads,
+            head_dim=getattr(hf, "head_dim", None) or hidden // heads,
+            intermediate=inner or 4 * hidden, vocab=hf.vocab_size, mlp=self.mlp,
+            layers_option=self.layers_field)
+
     def positions(self, cfg: HFConfig) -> int:
         """The longest sequence the positions cover (``max_position_embeddings``, GPT-2's
         ``n_positions``)."""
@@ -270,6 +285,8 @@ class GPT2Family(HFFamily):
 
     name = "hf:gpt2"
     model_type = "gpt2"
+    mlp = "gelu"
+    layers_field = "n_layer"
     head_fields = ("n_head",)
     positions_field = "n_positions"
     size_fields = ("vocab_size", "n_embd", "n_layer", "n_head")

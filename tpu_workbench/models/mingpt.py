@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
-from .base import Batch, ModelFamily
+from .base import Batch, ModelFamily, TransformerShape
 from .mingpt_config import ATTENTION_IMPLS, GPTConfig
 
 if TYPE_CHECKING:
@@ -56,6 +56,12 @@ class MinGPTFamily(ModelFamily):
 
     def model_axis_widths(self, cfg: GPTConfig) -> dict[str, int]:
         return {"n_head": cfg.n_head, "n_embd": cfg.n_embd}  # heads and widths split evenly
+
+    def transformer_shape(self, cfg: GPTConfig) -> TransformerShape:
+        return TransformerShape(hidden=cfg.n_embd, layers=cfg.n_layer, heads=cfg.n_head,
+                                kv_heads=cfg.n_head, head_dim=cfg.n_embd // cfg.n_head,
+                                intermediate=4 * cfg.n_embd, vocab=cfg.vocab_size, mlp="gelu",
+                                layers_option="n_layer")
 
     positions_field = "block_size"  # the option that sets how many positions generation has
 

@@ -33,10 +33,6 @@ RECOMPUTE_FACTOR = 4 / 3  # forward + backward = 3 forward passes; recomputation
 COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
 
 
-def _layers_field(family: Any) -> str:
-    return "num_hidden_layers" if hasattr(family, "hf_config") else "n_layer"
-
-
 def _plan_options(family: Any, preset: str, seq_len: int, dtype: str,
                   options: dict[str, Any]) -> dict[str, Any]:
     """Options of the compiled specs: the task's length for `seq_len` tokens (the cost task
@@ -47,7 +43,7 @@ def _plan_options(family: Any, preset: str, seq_len: int, dtype: str,
         raise SpecError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     out = {**options, "length": seq_len // 2}
     cfg = family.config(preset, **options)
-    if hasattr(family, "hf_config"):
+    if family.planning_dtype == "bfloat16":
         if dtype == "bfloat16":
             out["dtype"] = "bfloat16"
         if family.positions(cfg) < seq_len:
@@ -55,14 +51,10 @@ def _plan_options(family: Any, preset: str, seq_len: int, dtype: str,
                             f"{family.positions_field}={family.positions(cfg)}")
     else:
         if dtype != "float32":
-            raise SpecError(f"dtype={dtype!r}: only hf:* families build in bfloat16; "
-                            f"{family.name} trains in float32")
+            raise SpecError(f"dtype={dtype!r}: {family.name} builds in {family.planning_dtype} "
+                            "only; the hf:* families also build in bfloat16")
         out["block_size"] = max(getattr(cfg, "block_size", seq_len), seq_len)
     return out
-
-
-def _batch_ways(strategy: str, mesh: tuple[int, ...]) -> int:
-    return {"dp": math.prod(mesh), "fsdp": math.prod(mesh), "tp": 1}.get(strategy, mesh[0])
 
 
 def compiled_totals(result: Any, chip: str, mesh: Sequence[int], topology: Sequence[int],
@@ -75,11 +67,12 @@ def compiled_totals(result: Any, chip: str, mesh: Sequence[int], topology: Seque
     if step is None:
         raise SpecError(f"the cost run {result.run_id} dumped no after-optimisations HLO")
     mods = hlo.parse_modules(step.read_text())  # parsed once: a block's step is ~1 MB of text
-    ops = steptime.op_times(hlo.per_op_cost(mods), chip, dtype=dtype)
+    precision = result.summary.get("mat_mul_precision", "default")
+    ops = steptime.op_times(hlo.per_op_cost(mods), chip, precision=precision, dtype=dtype)
     # collectives_frame reads its HLO through hlo.collectives, which takes an instructions frame
     coll = sharding.collectives_frame(None, chip, hlo_text=hlo.instructions(mods),
-                                      mesh_shape=tuple(mesh))
-    return steptime.totals(ops, steptime.collective_times(coll, mesh, topology, chip))
+                                      mesh_shape=tuple(mesh), topology=tuple(topology))
+    return steptime.totals(ops, coll)
 
 
 def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
@@ -103,19 +96,19 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
     """
     family = models.get_model(model)
     options = dict(options or {})
-    dtype = dtype or ("bfloat16" if hasattr(family, "hf_config") else "float32")
+    dtype = dtype or family.planning_dtype
     base = _plan_options(family, preset, seq_len, dtype, options)
     cfg = family.config(preset, **base)
-    shape = sharding.transformer_shape(family, cfg)
-    layers = shape["layers"]
+    shape = _shape(family, cfg)
+    layers = shape.layers
     whole = layers <= 2 if whole is None else bool(whole)
     plans = []
     for name in slices:
         sl = get_slice(name)
         for strategy in strategies:
             strategy = sharding.strategy_name(strategy)
-            mesh = steptime.strategy_mesh(sl, strategy)
-            ways = _batch_ways(strategy, mesh)
+            mesh = sharding.slice_mesh(sl, strategy)
+            ways = sharding.batch_ways(strategy, mesh)
             if not isinstance(batch_size, int) or batch_size <= 0 or batch_size % ways:
                 raise SpecError(f"batch_size={batch_size!r} does not split over {ways} data "
                                 f"shards ({strategy} on {sl.name}, mesh "
@@ -126,13 +119,13 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
                                     device="cpu",
                                     strategy=strategy, batch_size=batch_size, steps=1,
                                     capture=("hlo",), xla_flags=COMPILE_FLAGS,
-                                    options={**base, _layers_field(family): n})
+                                    options={**base, shape.layers_option: n})
                      for n in counts]
             for spec in specs:
                 spec.validate()  # widths the model axis must divide, before anything compiles
             plans.append((sl, strategy, mesh, specs))
-    fit = _fit(family, cfg, [s.name for s, *_ in plans], strategies, batch_size, seq_len,
-               dtype, recompute).set_index(["slice", "strategy"])
+    fit = _fit(family, preset, base, [s.name for s, *_ in plans], strategies, batch_size,
+               seq_len, dtype, recompute).set_index(["slice", "strategy"])
     if not fit["fits"].any():
         hint = "" if recompute else " (recompute=True keeps only each block's input)"
         raise SpecError("no plan fits, nothing to predict: " + "; ".join(
@@ -143,7 +136,8 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
         rows = [_predict_plan(plan, fit, whole, layers, recompute, pool, timeout, on_progress,
                               {"model": model, "preset": preset, "batch_size": batch_size,
                                "seq_len": seq_len, "dtype": dtype, "recompute": recompute,
-                               "layers": layers, "method": "whole" if whole else "blocks"})
+                               "layers": layers, "method": "whole" if whole else "blocks",
+                               "model_flops": family.flops_per_step(cfg, batch_size)})
                 for plan in plans]
     finally:
         if own:
@@ -174,7 +168,7 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, whole: bool, layers: int, reco
     results = [run(spec, task="cost", pool=pool, timeout=timeout) for spec in specs]
     found = [compiled_totals(r, sl.chip, mesh, sl.topology, common["dtype"]) for r in results]
     total = found[0] if whole else steptime.extrapolate(found[0], found[1], layers)
-    row.update(steptime.predict_step(total, sl.chip, sl.chips,
+    row.update(steptime.predict_step(total, sl.chip, sl.chips, common["model_flops"],
                                      RECOMPUTE_FACTOR if recompute else 1.0))
     row["executions"] = sum(int(r.summary.get("executions", 0)) for r in results)
     row["compile_s"] = sum(float(r.summary.get("compile_s", 0.0)) for r in results)
@@ -182,18 +176,24 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, whole: bool, layers: int, reco
     return row
 
 
-def _fit(family: Any, cfg: Any, slices: Sequence[str], strategies: Sequence[str],
-         batch_size: int, seq_len: int, dtype: str, recompute: bool) -> pd.DataFrame:
-    import torch
+def _shape(family: Any, cfg: Any) -> Any:
+    shape = family.transformer_shape(cfg)
+    if shape is None:
+        raise SpecError(f"model {family.name!r} is not a decoder-only transformer (hf:*, "
+                        "mingpt): a plan needs its block shape")
+    return shape
 
-    with torch.device("meta"):  # shapes only: Llama-3-8B in a second
-        n_params = sum(p.numel() for p in family.build(cfg).parameters())
-    # bf16 as the cost task compiles it: bf16 weights, grads and Adam moments (8 B a parameter)
-    kw = {"bytes_per_param": 2, "optimizer_bytes_per_param": 4} if dtype == "bfloat16" else {}
-    return sharding.fit_table(n_params, batch_size, seq_len, slices=list(dict.fromkeys(slices)),
+
+def _fit(family: Any, preset: str, options: dict[str, Any], slices: Sequence[str],
+         strategies: Sequence[str], batch_size: int, seq_len: int, dtype: str,
+         recompute: bool) -> pd.DataFrame:
+    """The fit check in the one memory convention (:data:`tpu_workbench.sharding.CONVENTION`),
+    for the model as configured for the plan (`options`: its sequence length, dtype)."""
+    n_params = models.count_params(family.name, preset, options)
+    return sharding.fit_table(_shape(family, family.config(preset, **options)), n_params,
+                              batch_size, seq_len, slices=list(dict.fromkeys(slices)),
                               strategies=[sharding.strategy_name(s) for s in strategies],
-                              recompute=recompute, **sharding.transformer_shape(family, cfg),
-                              **kw).assign(params=n_params)
+                              dtype=dtype, recompute=recompute).assign(params=n_params)
 
 
 def fit_check(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
@@ -203,8 +203,8 @@ def fit_check(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
     """The fit check :func:`predict` makes first (:func:`tpu_workbench.sharding.fit_table` in
     the plan's dtype), on its own: cheap, nothing compiles."""
     family = models.get_model(model)
-    dtype = dtype or ("bfloat16" if hasattr(family, "hf_config") else "float32")
-    cfg = family.config(preset, **_plan_options(family, preset, seq_len, dtype, options or {}))
+    dtype = dtype or family.planning_dtype
+    base = _plan_options(family, preset, seq_len, dtype, options or {})
     for name in slices:
         get_slice(name)
-    return _fit(family, cfg, slices, strategies, batch_size, seq_len, dtype, recompute)
+    return _fit(family, preset, base, slices, strategies, batch_size, seq_len, dtype, recompute)

@@ -12,9 +12,15 @@ from typing import Any
 
 from ..environment.chips import Slice, get_slice
 from ..errors import SpecError
-from ..sharding.collectives import collective_time_us, ici_assumptions
-from ..sharding.mesh import mesh_text, parse_mesh, strategy_name
-from .steptime import strategy_mesh
+from ..sharding.ici import collective_time_us, ici_assumptions, span_text
+from ..sharding.mesh import (
+    batch_ways,
+    mesh_groups,
+    mesh_text,
+    parse_mesh,
+    slice_mesh,
+    strategy_name,
+)
 
 
 def check_mesh(mesh: str | Sequence[int] | None, strategy: str, sl: Slice) -> tuple[int, ...]:
@@ -22,7 +28,7 @@ def check_mesh(mesh: str | Sequence[int] | None, strategy: str, sl: Slice) -> tu
     per chip of every host), or by default the strategy's mesh on the slice (every chip on the
     data axis for dp and fsdp, the slice's (data, model) mesh for tp and dp_tp)."""
     if mesh is None:
-        return strategy_mesh(sl, strategy)
+        return slice_mesh(sl, strategy)
     shape = parse_mesh(mesh)
     n = math.prod(shape)
     if n != sl.chips:
@@ -47,38 +53,36 @@ def step_collectives(n_params: int, hidden: int, layers: int, slice_name: str, s
     gathers the parameters for the forward and again for the backward pass and
     reduce-scatters the gradients (ZeRO-3); tensor parallelism all-reduces a layer's
     activations twice forward and twice backward over the model axis (Megatron-LM, the
-    batch one data shard sees). Times: :func:`collective_time_us` over the physical axes the
-    mesh axis lies along (a 1-D mesh: every axis of the slice; 2-D: the model axis along the
-    last physical axis), so an axis shorter than the chip's wrap-around length runs one way.
+    batch one data shard sees). Times: :func:`~tpu_workbench.sharding.collective_time_us`
+    of one group of the mesh axis on the slice's torus, as every view times a collective.
     One row per kind: ``collective``, ``kind``, ``axis``, ``physical_axes``, ``count``,
     ``bytes`` (each), ``estimated_us`` (each), ``total_us``."""
     sl = get_slice(slice_name)
     strategy = strategy_name(strategy)
     shape = check_mesh(mesh, strategy, sl)
-    topo = sl.topology
+    groups = mesh_groups(shape)
     rows: list[dict[str, Any]] = []
 
-    def add(what: str, kind: str, axis: str, physical: tuple[int, ...], count: int,
-            nbytes: float) -> None:
-        each = collective_time_us(kind, nbytes, physical, sl.chip)
+    def add(what: str, kind: str, axis: str, count: int, nbytes: float) -> None:
+        group = None if axis == "all" else groups[axis][0]
+        each = collective_time_us(kind, nbytes, group, sl.topology, sl.chip)
         rows.append({"collective": what, "kind": kind, "axis": axis,
-                     "physical_axes": "x".join(map(str, physical)), "count": count,
+                     "physical_axes": span_text(group, sl.topology), "count": count,
                      "bytes": float(nbytes), "estimated_us": each, "total_us": count * each})
 
     grads = n_params * bytes_per_value
     data, model = shape if len(shape) == 2 else (shape[0], 1)
-    data_axes = topo if len(shape) == 1 else tuple(topo[:-1])  # a 1-D mesh spans them all
     if strategy == "fsdp":  # parameters split over every chip, whatever the mesh's shape
-        add("parameters, forward", "all-gather", "all", topo, 1, grads)
-        add("parameters, backward", "all-gather", "all", topo, 1, grads)
-        add("gradients", "reduce-scatter", "all", topo, 1, grads)
+        add("parameters, forward", "all-gather", "all", 1, grads)
+        add("parameters, backward", "all-gather", "all", 1, grads)
+        add("gradients", "reduce-scatter", "all", 1, grads)
     if strategy in ("tp", "dp_tp"):
-        local_batch = batch_size // data if strategy == "dp_tp" else batch_size
+        local_batch = batch_size // batch_ways(strategy, shape)
         add("activations (2 per layer forward, 2 backward)", "all-reduce", "model",
-            tuple(topo[-1:]), 4 * layers, local_batch * seq_len * hidden * bytes_per_value)
+            4 * layers, local_batch * seq_len * hidden * bytes_per_value)
     if strategy in ("dp", "dp_tp") and data > 1:  # the model axis, if any, holds replicas
         add("gradients" + (" (each chip's 1/model share)" if model > 1 and strategy == "dp_tp"
-                           else ""), "all-reduce", "data", data_axes, 1,
+                           else ""), "all-reduce", "data", 1,
             grads / (model if strategy == "dp_tp" else 1))
     return rows
 
@@ -93,20 +97,22 @@ def collective_assumptions(chip: str = "v6e") -> str:
 
 def model_step_collectives(model: str, preset: str, slice_name: str, strategy: str,
                            batch_size: int, seq_len: int, dtype: str | None = None):
-    """:func:`step_collectives` of a transformer family's preset as a DataFrame: its
-    parameters counted on the meta device, its width and depth, bf16 values for hf:* families
-    (their planning dtype) and fp32 otherwise, unless `dtype` says."""
+    """:func:`step_collectives` of a transformer family's preset as a DataFrame: its parameters
+    counted on the meta device, its width and depth as the family declares them, values in its
+    planning dtype (bf16 for hf:*, fp32 for minGPT) unless `dtype` says."""
     import pandas as pd
-    import torch
 
-    from .. import models, sharding
+    from .. import models
+    from ..sharding.fit import STATE_BYTES
 
     family = models.get_model(model)
-    cfg = family.config(preset)
-    shape = sharding.transformer_shape(family, cfg)
-    with torch.device("meta"):  # shapes only: Llama-3-8B in a second
-        n_params = sum(p.numel() for p in family.build(cfg).parameters())
-    dtype = dtype or ("bfloat16" if hasattr(family, "hf_config") else "float32")
-    rows = step_collectives(n_params, shape["hidden"], shape["layers"], slice_name, strategy,
-                            batch_size, seq_len, 2 if dtype == "bfloat16" else 4)
+    shape = family.transformer_shape(family.config(preset))
+    if shape is None:
+        raise SpecError(f"model {model!r} is not a decoder-only transformer (hf:*, mingpt)")
+    dtype = dtype or family.planning_dtype
+    if dtype not in STATE_BYTES:
+        raise SpecError(f"dtype must be one of {', '.join(STATE_BYTES)}, got {dtype!r}")
+    n_params = models.count_params(model, preset)
+    rows = step_collectives(n_params, shape.hidden, shape.layers, slice_name, strategy,
+                            batch_size, seq_len, STATE_BYTES[dtype][1])  # gradient bytes
     return pd.DataFrame(rows).assign(model=model, preset=preset, params=n_params)

@@ -417,19 +417,6 @@ class Gang:
 # --------------------------------------------------------------------------------------------
 # What came back: frames
 # --------------------------------------------------------------------------------------------
-def mesh_groups(mesh_shape: tuple[int, ...]) -> dict[str, list[list[int]]]:
-    """Replica groups (ranks) of ``all`` devices and of each mesh axis (``data``, ``model``)."""
-    n = math.prod(mesh_shape)
-    out = {"all": [list(range(n))]}
-    for i, axis in enumerate(sharding.axis_names(mesh_shape)):
-        groups: dict[tuple, list[int]] = {}
-        for d in range(n):
-            coords = sharding.mesh_place(d, mesh_shape)[0]
-            groups.setdefault(tuple(c for j, c in enumerate(coords) if j != i), []).append(d)
-        out[axis] = list(groups.values())
-    return out
-
-
 def _records(result: Any) -> list[dict[str, Any]]:
     return list(result if isinstance(result, list) else result.records)
 
@@ -443,21 +430,20 @@ def collectives_frame(result: Any, chip: str = "v6e", mesh_shape: tuple[int, ...
 
     ``bytes`` is the collective's result on one rank (per call), ``buffer_bytes`` what the
     ring moves (a reduce-scatter's input), ``replica_groups`` every group of the mesh axis its
-    group runs along (``axis``: ``data``, ``model``, ``all``), ``estimated_us`` the ring model
-    over those axes on `chip` for one call, ``source_op`` the c10d op, ``computation`` the
-    phase. `result` is a RunResult or its records. ``per_call=True``: one row per call
-    (``count`` 1), as the XLA frame has one per op, for charts that sum ``bytes``."""
+    group runs along (``axis``: ``data``, ``model``, ``all``), ``estimated_us`` the ICI time of
+    one call with the ranks on the chips of a `chip` slice of their number
+    (:func:`tpu_workbench.sharding.collective_time_us`, the model every view uses),
+    ``source_op`` the c10d op, ``computation`` the phase. `result` is a RunResult or its
+    records. ``per_call=True``: one row per call (``count`` 1), as the XLA frame has one per
+    op, for charts that sum ``bytes``."""
     import pandas as pd
-
-    from ..environment.chips import get_chip
 
     records = _records(result)
     if mesh_shape is None:
         mesh_shape = tuple(getattr(getattr(result, "spec", None), "mesh", None) or ())
     mesh_shape = tuple(mesh_shape) or (1,)
-    groups = mesh_groups(mesh_shape)
-    names = sharding.axis_names(mesh_shape)
-    target = get_chip(chip)
+    groups = sharding.mesh_groups(mesh_shape)
+    topology = sharding.slice_topology(math.prod(mesh_shape), chip)
     rows: dict[tuple, dict[str, Any]] = {}
     for rec in records:
         if rec.get("kind") != "collective":
@@ -465,8 +451,6 @@ def collectives_frame(result: Any, chip: str = "v6e", mesh_shape: tuple[int, ...
         group = sorted(rec.get("group") or range(math.prod(mesh_shape)))
         axis = next((a for a, gs in groups.items() if group in [sorted(g) for g in gs]),
                     "other")
-        sizes = mesh_shape if axis == "all" else (
-            (mesh_shape[names.index(axis)],) if axis in names else (len(group),))
         key = (rec["collective"], rec["module"], rec["phase"], rec["bytes"], axis, rec["op"])
         row = rows.get(key)
         if row is None:
@@ -478,8 +462,9 @@ def collectives_frame(result: Any, chip: str = "v6e", mesh_shape: tuple[int, ...
                 "shape": rec.get("shape", []), "bytes": rec["bytes"], "buffer_bytes": buffer,
                 "replica_groups": replica, "groups_text": str(replica), "group_size": n,
                 "num_groups": len(replica), "axis": axis,
-                "estimated_us": sharding.collective_time_us(rec["collective"], buffer, sizes,
-                                                            target),
+                "physical_axes": sharding.span_text(group, topology),
+                "estimated_us": sharding.collective_time_us(rec["collective"], buffer, group,
+                                                            topology, chip),
                 "computation": rec["phase"], "source_op": rec["op"],
                 "module": rec["module"], "phase": rec["phase"], "count": 0,
                 "step": rec.get("step", 0)}

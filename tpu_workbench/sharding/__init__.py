@@ -82,10 +82,25 @@ from __future__ import annotations
 
 from .collectives import (
     COLLECTIVE_COLUMNS,
+    collectives_frame,
+)
+from .fit import (
+    CONVENTION,
+    STATE_BYTES,
+    activation_bytes,
+    fit_table,
+    fits,
+    logits_bytes,
+    model_fit_table,
+    parameter_shards,
+)
+from .ici import (
     ICI_HOP_US,
     collective_time_us,
-    collectives_frame,
     ici_assumptions,
+    physical_span,
+    slice_topology,
+    span_text,
 )
 from .layout import (
     LAYOUT_COLUMNS,
@@ -98,14 +113,8 @@ from .layout import (
 )
 from .memory import (
     MEMORY_COLUMNS,
-    SLICES,
-    activation_bytes,
-    fit_table,
-    fits,
     memory_per_device,
-    model_fit_table,
     step_file,
-    transformer_shape,
     xla_memory_parts,
 )
 from .mesh import (
@@ -119,13 +128,16 @@ from .mesh import (
     axis_product,
     batch_axes,
     batch_partition,
+    batch_ways,
     check_partition,
     entry_axes,
     index_label,
+    mesh_groups,
     mesh_place,
     mesh_text,
     parse_mesh,
     partition_text,
+    slice_mesh,
     strategy_name,
 )
 from .strategies import (
@@ -140,11 +152,13 @@ from .summary import (
 )
 
 __all__ = [
-    "SLICES",
+    "CONVENTION",
+    "STATE_BYTES",
     "activation_bytes",
     "fit_table",
+    "logits_bytes",
     "model_fit_table",
-    "transformer_shape",
+    "parameter_shards",
     "largest_split_tensor",
     "tensors_by_size",
     "AXES_1D",
@@ -156,14 +170,17 @@ __all__ = [
     "axis_names",
     "axis_product",
     "batch_axes",
+    "batch_ways",
     "batch_partition",
     "check_partition",
     "entry_axes",
     "index_label",
+    "mesh_groups",
     "mesh_place",
     "mesh_text",
     "parse_mesh",
     "partition_text",
+    "slice_mesh",
     "strategy_name",
     "ROW_PARALLEL",
     "buffer_specs",
@@ -185,5 +202,8 @@ __all__ = [
     "collective_time_us",
     "collectives_frame",
     "ici_assumptions",
+    "physical_span",
+    "slice_topology",
+    "span_text",
     "summary_frame",
 ]

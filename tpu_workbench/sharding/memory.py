@@ -1,21 +1,15 @@
-"""Memory per device from a run's layouts (and XLA's own report), and whether a model of
-n parameters fits a slice's HBM."""
+"""Memory per device of a run, from its layouts and XLA's own report (whether a plan fits a
+slice's HBM is :mod:`tpu_workbench.sharding.fit`)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from ..environment.chips import SLICES as CHIP_SLICES
-from ..errors import SpecError
 
 if TYPE_CHECKING:
     import pandas as pd
 
 from .layout import layout_frame
-from .mesh import mesh_text, parse_mesh, strategy_name
 
 MEMORY_COLUMNS = ["device", "device_name", "row", "col", "params_bytes", "grads_bytes",
                   "optimizer_bytes", "inputs_bytes", "total_bytes", "xla_total_bytes"]
@@ -82,59 +76,6 @@ def step_file(hlo_dir: Path, suffix: str) -> Path | None:
     return max(pool, key=lambda p: p.stat().st_size)
 
 
-def fits(n_params: int, strategy: str, mesh_shape: Sequence[int] | str, chip: str = "v6e",
-         bytes_per_param: float = 4, grad_bytes_per_param: float | None = None,
-         optimizer_bytes_per_param: float = 8, activation_bytes: float = 0,
-         usable_fraction: float = 0.9) -> dict[str, Any]:
-    """Would params + grads + Adam state of an `n_params` model fit each chip's HBM?
-
-    Per-device bytes under `strategy` on `mesh_shape`: dp replicates everything; fsdp divides
-    everything by the device count; tp and dp_tp divide by the model axis (as if every weight
-    split; embeddings and norms that stay replicated make it a little worse). Defaults are fp32
-    training: 4 B params + 4 B grads + 8 B Adam (exp_avg, exp_avg_sq). For bf16 params with fp32
-    master weights and Adam use ``bytes_per_param=2, optimizer_bytes_per_param=12``.
-    `activation_bytes` is added per device as given. A model fits when the total is at most
-    `usable_fraction` of HBM (XLA needs room for temporaries).
-
-    Returns ``fits`` (bool), ``per_device_bytes``, ``params_bytes``, ``grads_bytes``,
-    ``optimizer_bytes``, ``activation_bytes``, ``hbm_bytes``, ``usable_bytes``, ``shards``,
-    ``devices``, ``strategy``, ``mesh``, ``chip`` and ``reason`` (a sentence).
-    """
-    from ..environment.chips import get_chip
-
-    mesh_shape = parse_mesh(mesh_shape)
-    strategy = strategy_name(strategy)
-    if strategy in ("tp", "dp_tp") and len(mesh_shape) != 2:
-        raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), got "
-                        f"{mesh_text(mesh_shape)}")
-    if not isinstance(n_params, int | float) or n_params <= 0:
-        raise SpecError(f"n_params must be a positive number, got {n_params!r}")
-    c = get_chip(chip)
-    devices = math.prod(mesh_shape)
-    shards = {"dp": 1, "fsdp": devices}.get(strategy, mesh_shape[-1])
-    grad_b = bytes_per_param if grad_bytes_per_param is None else grad_bytes_per_param
-    params_b = n_params * bytes_per_param / shards
-    grads_b = n_params * grad_b / shards
-    opt_b = n_params * optimizer_bytes_per_param / shards
-    total = params_b + grads_b + opt_b + activation_bytes
-    hbm = c.hbm_gb * 1e9
-    usable = usable_fraction * hbm
-    ok = total <= usable
-    gb = 1e9
-    reason = (f"{strategy} on {mesh_text(mesh_shape)} {c.name} splits weights/grads/optimizer "
-              f"{shards} way(s): {total / gb:.2f} GB per chip (params {params_b / gb:.2f} + "
-              f"grads {grads_b / gb:.2f} + optimizer {opt_b / gb:.2f} + activations "
-              f"{activation_bytes / gb:.2f}) {'fits in' if ok else 'exceeds'} "
-              f"{usable / gb:.1f} GB usable ({usable_fraction:.0%} of {c.hbm_gb:g} GB HBM)")
-    if not ok and strategy == "dp":
-        reason += "; fsdp would divide it by " + str(devices)
-    return {"fits": ok, "per_device_bytes": total, "params_bytes": params_b,
-            "grads_bytes": grads_b, "optimizer_bytes": opt_b,
-            "activation_bytes": float(activation_bytes), "hbm_bytes": hbm,
-            "usable_bytes": usable, "shards": shards, "devices": devices,
-            "strategy": strategy, "mesh": list(mesh_shape), "chip": c.name, "reason": reason}
-
-
 def xla_memory_parts(result_or_hlo_dir: Any) -> dict[str, float] | None:
     """XLA's own memory total for a run's train step, split the way a reader can check it
     against :func:`memory_per_device` (for display; None where the run captured no HLO).
@@ -162,98 +103,3 @@ def xla_memory_parts(result_or_hlo_dir: Any) -> dict[str, float] | None:
             "outputs_bytes": float(allocs.loc[outputs, "size_bytes"].sum()),
             "temporaries_bytes": float(allocs.loc[~arguments & ~outputs, "size_bytes"].sum()),
             "total_bytes": float(parsed["total_bytes"])}
-
-
-# The slices a plan is checked on by default: name -> (data, model) mesh, from the one slice
-# table (tpu_workbench.environment.chips.SLICES, which fit_table also accepts). dp and fsdp use all
-# the slice's chips as one data axis.
-SLICES = {name: CHIP_SLICES[name].mesh_2d for name in ("v6e-8", "v6e-16", "v6e-32")}
-
-
-def activation_bytes(batch_size: int, seq_len: int, hidden: int, layers: int, heads: int,
-                     tp: int = 1, bytes_per_value: float = 2, recompute: bool = False) -> float:
-    """Activations one training step keeps for its backward pass in a decoder-only transformer,
-    with no recomputation: ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` bytes per layer for 16-bit
-    activations and tensor parallelism `t` (Korthikanti et al. 2022, "Reducing Activation
-    Recomputation in Large Transformer Models", eqs. 1-2), scaled by ``bytes_per_value / 2``.
-    `batch_size` is the batch one device sees. ``recompute=True`` (full activation
-    checkpointing) keeps only each layer's input, ``2*s*b*h`` bytes. An estimate: embeddings,
-    the logits and XLA's temporaries come on top."""
-    s, b, h, a, t = seq_len, batch_size, hidden, heads, tp
-    per_layer = 2 * s * b * h if recompute else s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
-    return layers * per_layer * bytes_per_value / 2
-
-
-def fit_table(n_params: int, batch_size: int, seq_len: int, hidden: int, layers: int,
-              heads: int, kv_heads: int | None = None, slices: Sequence[str] = tuple(SLICES),
-              strategies: Sequence[str] = ("dp", "fsdp", "tp", "dp_tp"),
-              recompute: bool = False, **fits_kwargs: Any) -> pd.DataFrame:
-    """Does a transformer of `n_params` train on each slice with each strategy? One row per
-    (slice, strategy): per-chip GB of params, grads, Adam state and activations (the global
-    `batch_size` split over the data axis; see :func:`activation_bytes`, and `recompute`),
-    ``fits`` and why.
-    tp and dp_tp need the model axis to divide `heads` and `kv_heads` (GQA); where it does not,
-    the row says so (``fits`` False). Other keywords go to :func:`fits` (e.g. bf16 params)."""
-    import pandas as pd
-
-    rows = []
-    for name in slices:
-        if name not in CHIP_SLICES:
-            raise SpecError(f"unknown slice {name!r}; valid: {', '.join(CHIP_SLICES)}")
-        data, model = CHIP_SLICES[name].mesh_2d
-        devices = data * model
-        for strategy in strategies:
-            strategy = strategy_name(strategy)
-            split = strategy in ("tp", "dp_tp")
-            mesh = (data, model) if split else (devices,)
-            t = model if split else 1
-            batch_ways = {"dp": devices, "fsdp": devices, "tp": 1, "dp_tp": data}[strategy]
-            row = {"slice": name, "strategy": strategy, "mesh": mesh_text(mesh)}
-            bad = [f"{k}={v}" for k, v in (("heads", heads), ("kv_heads", kv_heads))
-                   if split and v is not None and v % t]
-            if bad or batch_size % batch_ways:
-                why = (f"{' and '.join(bad)} not divisible by the model axis {t}" if bad else
-                       f"batch {batch_size} does not split {batch_ways} ways")
-                rows.append({**row, "fits": False, "reason": why})
-                continue
-            act = activation_bytes(batch_size // batch_ways, seq_len, hidden, layers, heads, t,
-                                   recompute=recompute)
-            f = fits(n_params, strategy, mesh, activation_bytes=act,
-                     **{"chip": CHIP_SLICES[name].chip, **fits_kwargs})
-            rows.append({**row, "fits": f["fits"],
-                         **{k.replace("_bytes", "_gb"): f[k] / 1e9 for k in (
-                             "per_device_bytes", "params_bytes", "grads_bytes",
-                             "optimizer_bytes", "activation_bytes", "usable_bytes")},
-                         "reason": f["reason"]})
-    return pd.DataFrame(rows)
-
-
-def transformer_shape(family: Any, cfg: Any) -> dict[str, int]:
-    """Hidden width, layers, heads and KV heads of a transformer family's config: a Hugging
-    Face family's Transformers config (``hf_config``), or minGPT's fields."""
-    hf = family.hf_config(cfg) if hasattr(family, "hf_config") else None
-    if hf is not None:
-        heads = hf.num_attention_heads
-        return {"hidden": hf.hidden_size, "layers": hf.num_hidden_layers, "heads": heads,
-                "kv_heads": getattr(hf, "num_key_value_heads", None) or heads}
-    if all(hasattr(cfg, k) for k in ("n_embd", "n_layer", "n_head")):
-        return {"hidden": cfg.n_embd, "layers": cfg.n_layer, "heads": cfg.n_head,
-                "kv_heads": cfg.n_head}
-    raise SpecError(f"model {family.name!r} is not a transformer family (hf:*, mingpt): a fit "
-                    "plan needs its hidden width, layers and heads")
-
-
-def model_fit_table(model: str, preset: str, batch_size: int, seq_len: int,
-                    **kwargs: Any) -> pd.DataFrame:
-    """:func:`fit_table` for a transformer family's preset: its parameters counted on the meta
-    device (shapes only: Llama-3-8B in a second) and its shape. Keywords go to fit_table."""
-    import torch
-
-    from .. import models
-
-    family = models.get_model(model)
-    cfg = family.config(preset)
-    with torch.device("meta"):
-        n_params = sum(p.numel() for p in family.build(cfg).parameters())  # tied counted once
-    table = fit_table(n_params, batch_size, seq_len, **transformer_shape(family, cfg), **kwargs)
-    return table.assign(model=model, preset=preset, params=n_params)

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import SpecError
-
-if TYPE_CHECKING:
-    pass
-
-
 
 STRATEGIES: dict[str, str] = {
     "dp": "data parallel: parameters replicated, batch split over the data axis",
@@ -30,14 +25,24 @@ AXES_1D = ("data",)
 AXES_2D = ("data", "model")
 
 
-# Named meshes: a v6e host has 8 chips in a 2x4 torus; larger slices of the same generation.
-MESHES: dict[str, tuple[int, ...]] = {
-    "v6e-1": (1,),
-    "v6e-4": (2, 2),
-    "v6e-8": (2, 4),
-    "4x4": (4, 4),
-    "4x8": (4, 8),
-}
+def _named_meshes() -> dict[str, tuple[int, ...]]:
+    """The (data, model) mesh of every v6e slice XLA:CPU can stand in for (at most 64 virtual
+    devices), from the one slice table: ``v6e-8`` is (2, 4), ``v6e-16`` (4, 4)."""
+    from ..environment.chips import SLICES
+
+    return {name: s.mesh_2d for name, s in SLICES.items() if s.chip == "v6e" and s.chips <= 64}
+
+
+MESHES: dict[str, tuple[int, ...]] = _named_meshes()
+
+
+def slice_mesh(slice_: Any, strategy: str | None) -> tuple[int, ...]:
+    """The mesh a strategy uses over a slice's chips (a :class:`~tpu_workbench.environment.chips.
+    Slice`): every chip on one data axis for dp and fsdp, the slice's (data, model) mesh for tp
+    and dp_tp (its model axis along the last physical axis)."""
+    if strategy_name(strategy) in ("tp", "dp_tp"):
+        return slice_.mesh_2d
+    return (slice_.chips,)
 
 
 Partition = tuple[Any, ...]  # one entry per dim: None, an axis name, or a tuple of axis names
@@ -104,6 +109,13 @@ def batch_axes(strategy: str, mesh_shape: Sequence[int]) -> tuple[str, ...]:
     if strategy == "tp":
         return ()
     return ("data",)
+
+
+def batch_ways(strategy: str, mesh_shape: Sequence[int]) -> int:
+    """How many slices the batch is cut into under `strategy` (each device's batch is the
+    global batch over this): the product of :func:`batch_axes`' sizes."""
+    names = axis_names(mesh_shape)
+    return math.prod(mesh_shape[names.index(a)] for a in batch_axes(strategy, mesh_shape))
 
 
 def batch_partition(strategy: str, mesh_shape: Sequence[int], ndim: int) -> Partition:
@@ -177,6 +189,22 @@ def mesh_place(device: int, mesh_shape: Sequence[int]) -> tuple[list[int], int, 
     coords.reverse()
     row, col = (coords[0], coords[1]) if len(coords) == 2 else (0, coords[0])
     return coords, row, col
+
+
+def mesh_groups(mesh_shape: Sequence[int]) -> dict[str, list[list[int]]]:
+    """The groups of devices a collective runs within: for each mesh axis (``data``,
+    ``model``) the devices that differ only in that axis's coordinate, then ``all`` devices
+    (on a 1-D mesh the same group as ``data``, which comes first)."""
+    n = math.prod(mesh_shape)
+    out: dict[str, list[list[int]]] = {}
+    for i, axis in enumerate(axis_names(mesh_shape)):
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for d in range(n):
+            coords = mesh_place(d, mesh_shape)[0]
+            groups.setdefault(tuple(c for j, c in enumerate(coords) if j != i), []).append(d)
+        out[axis] = list(groups.values())
+    out["all"] = [list(range(n))]
+    return out
 
 
 def index_label(index: list[list[int]], shape: Sequence[int]) -> str:

@@ -21,6 +21,7 @@ from .mesh import (
     axis_names,
     axis_product,
     batch_axes,
+    batch_ways,
     mesh_text,
     parse_mesh,
     partition_text,
@@ -155,7 +156,8 @@ def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | Non
     """The partition spec each parameter would get, without running anything.
 
     Builds the model on the ``meta`` device (no memory, no torch_xla). Columns: ``tensor``,
-    ``shape``, ``partition``, ``pieces`` (how many slices), ``params``, ``bytes`` (fp32),
+    ``shape``, ``dtype``, ``partition``, ``pieces`` (how many slices), ``params``, ``bytes`` (in
+    the parameter's own dtype: an ``options={"dtype": "bfloat16"}`` hf:* model's are 2 each),
     ``bytes_per_device`` (the largest slice, padded).
     """
     import pandas as pd
@@ -172,12 +174,14 @@ def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | Non
     rows = []
     for name, part in param_specs(net, strategy, mesh_shape).items():
         shape = list(params[name].shape)
+        size = params[name].element_size()
         pieces = [axis_product(e, mesh_shape) for e in (part or (None,) * len(shape))]
         n = math.prod(shape)
         per_dev = math.prod(-(-s // k) for s, k in zip(shape, pieces, strict=True))
-        rows.append({"tensor": name, "shape": shape, "partition": partition_text(part),
-                     "pieces": math.prod(pieces), "params": n, "bytes": 4 * n,
-                     "bytes_per_device": 4 * per_dev})
+        rows.append({"tensor": name, "shape": shape,
+                     "dtype": str(params[name].dtype).removeprefix("torch."),
+                     "partition": partition_text(part), "pieces": math.prod(pieces),
+                     "params": n, "bytes": size * n, "bytes_per_device": size * per_dev})
     return pd.DataFrame(rows)
 
 
@@ -208,7 +212,7 @@ def validate(mesh_shape: Sequence[int], strategy: str | None, family: Any, cfg: 
                         f"(1, {mesh[0]}); got mesh {mesh_text(mesh)}. dp and fsdp take a 1-D mesh")
     axes = batch_axes(strategy, mesh)
     if axes:
-        k = math.prod(mesh[axis_names(mesh).index(a)] for a in axes)
+        k = batch_ways(strategy, mesh)
         if batch_size % k:
             # Say how many ways the batch is split and of how many devices: on mesh 3x3 the data
             # axis is 3 of the 9 devices (each batch slice is copied over the model axis).

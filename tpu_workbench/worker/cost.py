@@ -37,6 +37,7 @@ def cost(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     any even length can be asked for) on ``spec.mesh`` with ``spec.strategy``; the HLO goes to
     ``ctx.out_dir / "hlo"``. Returns counts and timings of the compile."""
     import torch_xla
+    from torch_xla.backends import get_mat_mul_precision
 
     from . import spmd
     from .xla import HLOCapture
@@ -47,7 +48,7 @@ def cost(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     cfg = family.config(spec.preset, **spec.options)
     with torch.device("meta"):
         model = family.build(cfg)
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = models.n_params(model)
     seq_len = 2 * int(cfg.length)
     device = torch_xla.device()
     capture = HLOCapture()
@@ -57,7 +58,7 @@ def cost(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     spmd.shard_model(model, mesh, spec.strategy)  # buffers (parameters keep their sharding)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr or family.default_lr, foreach=False)
-    vocab = _vocab_size(family, cfg)
+    vocab = family.transformer_shape(cfg).vocab
     gen = torch.Generator().manual_seed(spec.seed)
     batch = {k: torch.randint(vocab, (spec.batch_size, seq_len), generator=gen) for k in "xy"}
     batch = spmd.shard_batch({k: v.to(device) for k, v in batch.items()}, mesh, spec.strategy)
@@ -75,7 +76,8 @@ def cost(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     return {"model": spec.model, "preset": spec.preset, "n_params": n_params,
             "batch_size": spec.batch_size, "seq_len": seq_len, "mesh": list(spec.mesh),
             "strategy": spec.strategy, "executions": executions, "build_s": build_s,
-            "compile_s": compile_s, "hlo_files": files}
+            "compile_s": compile_s, "hlo_files": files,
+            "mat_mul_precision": get_mat_mul_precision()}
 
 
 def _place_sharded(model: torch.nn.Module, mesh: Any, strategy: str | None,
@@ -101,8 +103,3 @@ def _place_sharded(model: torch.nn.Module, mesh: Any, strategy: str | None,
         for key, b in list(module._buffers.items()):
             if b is not None:
                 module._buffers[key] = torch.empty(b.shape, dtype=b.dtype).to(device)
-
-
-def _vocab_size(family: Any, cfg: Any) -> int:
-    hf = family.hf_config(cfg) if hasattr(family, "hf_config") else None
-    return int(hf.vocab_size if hf is not None else cfg.vocab_size)

@@ -110,7 +110,7 @@ def _train(job: dict[str, Any], rank: int, world: int, log: RankLog) -> dict[str
         batch_size = spec.batch_size or family.default_batch_size(cfg)
         torch.manual_seed(spec.seed)  # the same weights on every rank, as in one process
         model = family.build(cfg)
-        n_params = sum(p.numel() for p in model.parameters())
+        n_params = models.n_params(model)
         cpu_batches, _, eval_batches = _batches(spec, family, cfg, batch_size)
         index, parts = dt.batch_slice(strategy, mesh_shape, rank)
         batches = [{k: v.to(device) for k, v in dt.local_batch(b, index, parts).items()}

@@ -92,7 +92,7 @@ def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, An
     batch_size = spec.batch_size or family.default_batch_size(cfg)
     torch.manual_seed(spec.seed)
     model = family.build(cfg)
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = models.n_params(model)
     cpu_batches, cpu_changed, eval_batches = _batches(spec, family, cfg, batch_size)
 
     hooks = ChangeHooks(spec.change)
