@@ -272,8 +272,10 @@ def _():
     TorchTPU has no single SPMD controller: it runs one process per chip, launched by
     `torchrun`, and shards with DTensor. The same path runs here over gloo on the CPU: the
     form below trains minGPT tiny as a gang of processes, each a rank holding its part
-    (FSDP2's `fully_shard` for fsdp, `parallelize_module` column/row plans for tp, both on a
-    2-D mesh for dp_tp, DDP for dp). The losses must equal one process's; the collectives are
+    (FSDP2's `fully_shard` for fsdp, `parallelize_module` column/row plans for tp, the same
+    on a 2-D mesh with the gradients averaged over the data axis for dp_tp, DDP for dp: each
+    rank holds what the SPMD device at its place holds under tp and dp_tp). The losses must
+    equal one process's; the collectives are
     what `CommDebugMode` counted in one step on rank 0 (bytes measured; the times come from
     the same ICI model as above, the ranks on a v6e slice's chips). On a TPU the same code runs
     over `tpu_dist`.

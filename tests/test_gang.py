@@ -80,9 +80,10 @@ def test_collectives_per_step_have_the_xla_frame_columns(four):
     # "all" as in the XLA frame), attention's fused q/k/v output gathered
     assert {("all-reduce", "forward", "all"), ("all-gather", "forward", "all")} <= kinds["tp"]
     assert not any(k == "reduce-scatter" for k, _, _ in kinds["tp"])
-    # 2-D: TP on the model axis, FSDP on the data axis
+    # 2-D: TP on the model axis, the gradients averaged over the data axis (as SPMD's dp_tp)
     assert ("all-reduce", "forward", "model") in kinds["dp_tp"]
-    assert ("reduce-scatter", "backward", "data") in kinds["dp_tp"]
+    assert ("all-reduce", "backward", "data") in kinds["dp_tp"]
+    assert not any(k == "reduce-scatter" for k, _, _ in kinds["dp_tp"])
     tp = frames["tp"]
     assert (tp["group_size"] == 4).all() and (tp["estimated_us"] > 0).all()
 
@@ -182,3 +183,65 @@ def test_a_gang_mesh_per_strategy():
         [(4,), (4,), (1, 4), (2, 2)]
     with pytest.raises(wb.SpecError, match="dp_tp over 2 processes needs an even number"):
         gang.mesh_for("dp_tp", 2)
+
+
+HELD = [("mingpt", "dp_tp"), ("hf:llama", "dp_tp"), ("hf:llama", "tp")]
+
+
+def _held(rank: int, world: int, port: int, mesh: tuple, out: str) -> None:
+    """One rank: lay each model of :data:`HELD` out with the DTensor strategy the gang trains
+    with and write the local shape of every parameter it holds."""
+    import json
+
+    import torch.distributed as dist
+
+    from tpu_workbench.worker import dtensor_train as dt
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        held = {}
+        for model, strategy in HELD:
+            family = models.get_model(model)
+            torch.manual_seed(0)
+            net = dt.apply(strategy, family.build(family.config("tiny")),
+                           dt.make_meshes("cpu", mesh, strategy))
+            held[f"{model} {strategy}"] = {n: list(getattr(p, "_local_tensor", p).shape)
+                                           for n, p in net.named_parameters()}
+        with open(f"{out}/rank{rank}.json", "w") as fh:
+            json.dump(held, fh)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_each_rank_holds_what_the_spmd_device_holds(tmp_path):
+    """The gang's DTensor placement (worker.dtensor_train) and SPMD's (sharding.param_specs)
+    agree on what each of four devices of a 2x2 mesh holds: the shape of every parameter's
+    local piece, rank r against device r. (dp_tp used to be tp plus FSDP2 over data on the
+    gang: half of every piece per rank.) hf:llama tiny's embedding splits vocab-parallel."""
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from tpu_workbench import sharding
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mesh = (2, 2)
+    mp.spawn(_held, args=(4, port, mesh, str(tmp_path)), nprocs=4)
+    held = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
+    for model, strategy in HELD:
+        family = models.get_model(model)
+        with torch.device("meta"):
+            net = family.build(family.config("tiny"))
+        shapes = {n: list(p.shape) for n, p in net.named_parameters()}
+        specs = sharding.param_specs(net, strategy, mesh)
+        if model == "hf:llama":
+            assert specs["hf.model.embed_tokens.weight"] == ("model", None)
+        for rank in range(4):
+            want = {n: sharding.predicted_layout(n, shapes[n], spec, mesh)[rank]["shard_shape"]
+                    for n, spec in specs.items()}
+            got = held[rank][f"{model} {strategy}"]
+            assert {n: got[n] for n in want} == want, (model, strategy, rank)

@@ -449,8 +449,7 @@ def collectives_frame(result: Any, chip: str = "v6e", mesh_shape: tuple[int, ...
         if rec.get("kind") != "collective":
             continue
         group = sorted(rec.get("group") or range(math.prod(mesh_shape)))
-        axis = next((a for a, gs in groups.items() if group in [sorted(g) for g in gs]),
-                    "other")
+        axis = sharding.group_axis([group], mesh_shape)
         key = (rec["collective"], rec["module"], rec["phase"], rec["bytes"], axis, rec["op"])
         row = rows.get(key)
         if row is None:

@@ -14,29 +14,11 @@ if TYPE_CHECKING:
 
 from .ici import collective_time_us, slice_topology, span_text
 from .memory import step_file
-from .mesh import axis_names, mesh_place
+from .mesh import group_axis
 
 COLLECTIVE_COLUMNS = ["kind", "name", "shape", "bytes", "buffer_bytes", "replica_groups",
                       "groups_text", "group_size", "num_groups", "axis", "physical_axes",
                       "estimated_us", "computation", "source_op"]
-
-
-def _axis_of(groups: list[list[int]], mesh_shape: Sequence[int] | None) -> str:
-    """Which mesh axis a collective's groups run along (``data``, ``model``, ``all``...)."""
-    if not mesh_shape or not groups:
-        return ""
-    n = math.prod(mesh_shape)
-    norm = sorted(tuple(sorted(g)) for g in groups)
-    names = axis_names(mesh_shape)
-    if norm == [tuple(range(n))]:
-        return names[0] if len(names) == 1 else "all"  # a 1-D mesh's one axis is all of it
-    for i, a in enumerate(names):
-        want = sorted(tuple(sorted(d for d in range(n) if all(
-            mesh_place(d, mesh_shape)[0][j] == mesh_place(base, mesh_shape)[0][j]
-            for j in range(len(mesh_shape)) if j != i))) for base in range(n))
-        if norm == sorted(set(want)):
-            return a
-    return "other"
 
 
 @functools.lru_cache(maxsize=16)
@@ -93,7 +75,7 @@ def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = Non
     n = frame["group_size"].astype("float")
     frame["buffer_bytes"] = frame["bytes"].where(frame["kind"] != "reduce-scatter",
                                                  frame["bytes"] * n)
-    frame["axis"] = [_axis_of(g, mesh_shape) if g else "all" for g in frame["replica_groups"]]
+    frame["axis"] = [group_axis(g, mesh_shape) if g else "all" for g in frame["replica_groups"]]
     first = [g[0] if g else None for g in frame["replica_groups"]]
     frame["physical_axes"] = [span_text(g, topology) for g in first]
     frame["estimated_us"] = [

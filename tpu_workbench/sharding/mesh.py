@@ -207,6 +207,23 @@ def mesh_groups(mesh_shape: Sequence[int]) -> dict[str, list[list[int]]]:
     return out
 
 
+def group_axis(groups: Sequence[Sequence[int]], mesh_shape: Sequence[int] | None) -> str:
+    """The mesh axis collectives over `groups` of devices run along: ``data``, ``model``,
+    ``all`` (every device; on a 1-D mesh its one axis, ``data``), ``other`` (e.g. the pairs of a
+    collective-permute). `groups` may be some of an axis's groups (a gang rank sees its own)."""
+    if not mesh_shape or not groups:
+        return ""
+    names = axis_names(mesh_shape)
+    given = {tuple(sorted(g)) for g in groups}
+    if given == {tuple(range(math.prod(mesh_shape)))}:
+        return names[0] if len(names) == 1 else "all"
+    named = mesh_groups(mesh_shape)
+    for axis in names:
+        if given <= {tuple(sorted(g)) for g in named[axis]}:
+            return axis
+    return "other"
+
+
 def index_label(index: list[list[int]], shape: Sequence[int]) -> str:
     parts = [":" if (a, b) == (0, s) else f"{a}:{b}" for (a, b), s in zip(index, shape,
                                                                          strict=True)]

@@ -1,8 +1,10 @@
 """DTensor strategies that train, one process per device: what each torchrun rank applies.
 
-The same placements as the SPMD path (:func:`tpu_workbench.sharding.param_specs`), carried out
-by PyTorch's own parallel APIs over a ``DeviceMesh`` (gloo on a CPU, TorchTPU's ``tpu_dist``
-on chips):
+PyTorch's own parallel APIs over a ``DeviceMesh`` (gloo on a CPU, TorchTPU's ``tpu_dist`` on
+chips), placing tensor parallelism as the SPMD path does (:func:`tpu_workbench.sharding.
+param_specs`): a rank holds what the device of the same mesh position holds under SPMD, for
+tp and dp_tp (tested); fsdp shards like FSDP2 (dim 0, padded), SPMD splits the first dimension
+that divides.
 
 =======  ===================================================================================
 dp       replicated parameters, gradients all-reduced over the ``data`` axis (DDP)
@@ -11,8 +13,10 @@ fsdp     FSDP2 ``fully_shard`` on every block (each child of a ``ModuleList``) a
 tp       ``parallelize_module`` on the ``model`` axis: column-parallel where ``param_specs``
          splits a Linear's weight ``("model", None)``, row-parallel where ``(None, "model")``
          (minGPT: ``attn.c_attn``, ``mlp.c_fc`` column; ``attn.c_proj``, ``mlp.c_proj`` row);
-         embeddings and norms replicated
-dp_tp    tp on the ``model`` axis, then FSDP2 over ``data`` (PyTorch's 2-D recipe)
+         embeddings vocab-parallel where ``param_specs`` splits them (a head tied to one
+         follows it); norms replicated
+dp_tp    tp on the ``model`` axis, replicated over ``data``: each gradient averaged over the
+         data axis after the backward pass (one all-reduce each), as SPMD's dp_tp
 =======  ===================================================================================
 
 An MLP's column-parallel output stays sharded into its row-parallel projection (one all-reduce,
@@ -76,9 +80,10 @@ def local_batch(batch: dict[str, torch.Tensor], index: int, parts: int) -> dict[
 
 
 def tp_plan(model: nn.Module, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
-    """``parallelize_module`` plan from the workbench's tp partition specs: Linear layers only
-    (embeddings, tied to minGPT's head, stay replicated), column- or row-parallel by how
-    :func:`~tpu_workbench.sharding.param_specs` splits their weight.
+    """``parallelize_module`` plan from the workbench's tp partition specs: Linear layers
+    column- or row-parallel by how :func:`~tpu_workbench.sharding.param_specs` splits their
+    weight, embeddings it splits ``("model", None)`` vocab-parallel (each rank looks up its
+    rows; the partial results all-reduced).
 
     Inside an ``mlp`` module the column-parallel output stays sharded into the row-parallel
     projection (Megatron: one all-reduce). Elsewhere (attention, a lone head) the module reshapes
@@ -91,6 +96,9 @@ def tp_plan(model: nn.Module, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
     specs = sharding.param_specs(model, "tp", mesh_shape)
     plan: dict[str, Any] = {}
     for path, module in model.named_modules():
+        if isinstance(module, nn.Embedding) and specs.get(f"{path}.weight") == ("model", None):
+            plan[path] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+            continue
         if not isinstance(module, nn.Linear) or f"{path}.weight" not in specs:
             continue  # not a Linear, or its weight is tied to another module's
         spec = specs[f"{path}.weight"]
@@ -122,14 +130,47 @@ def apply(strategy: str, model: nn.Module, meshes: dict[str, Any]) -> nn.Module:
     if strategy in ("tp", "dp_tp"):
         from torch.distributed.tensor.parallel import parallelize_module
 
+        tied = _tied(model)
         parallelize_module(model, mesh["model"], tp_plan(model, tuple(mesh.shape)))
-        # DTensor parameters replace nn.Linear's own; minGPT reties lm_head in _apply only
-    if strategy in ("fsdp", "dp_tp"):
-        over = meshes["flat"] if strategy == "fsdp" else mesh[names[0]]
+        for module, name, owner, owner_name in tied:  # a head tied to an embedding follows it
+            setattr(module, name, getattr(owner, owner_name))
+    if strategy == "dp_tp":
+        _average_gradients(model, mesh[names[0]].get_group(), mesh.shape[0])
+    if strategy == "fsdp":
         for block in blocks(model):
-            fully_shard(block, mesh=over)
-        fully_shard(model, mesh=over)
+            fully_shard(block, mesh=meshes["flat"])
+        fully_shard(model, mesh=meshes["flat"])
     return model
+
+
+def _tied(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:
+    """(module, name, owner, owner's name) of every parameter that is another module's (a
+    head tied to its embedding): parallelize_module replaces the owner's, not the tie."""
+    first: dict[int, tuple[nn.Module, str]] = {}
+    out = []
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in first:
+                out.append((module, name, *first[id(p)]))
+            else:
+                first[id(p)] = (module, name)
+    return out
+
+
+def _average_gradients(model: nn.Module, group: Any, size: int) -> None:
+    """Data parallelism over `group` for parameters replicated on it: each gradient, once the
+    backward pass has accumulated it, is summed over the group and divided by its size (DDP's
+    all-reduce, one per parameter)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    def average(p: torch.Tensor) -> None:
+        grad = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+        dist.all_reduce(grad, group=group)
+        grad.div_(size)
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(average)
 
 
 def loss_context() -> Any:
