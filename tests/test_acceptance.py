@@ -8,12 +8,14 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import torch
 from conftest import ROOT
 
 from tpu_workbench import cli
 from tpu_workbench.acceptance import checks as acc
+from tpu_workbench.acceptance import judge
 from tpu_workbench.errors import SpecError
 from tpu_workbench.runs.workers import WORKER_LOG_ENV
 
@@ -259,27 +261,305 @@ def test_chip_metrics_chart_and_the_notebook_view():
     assert "needs a TPU: no TPU chip on the PCI bus" in callout
 
 
-class ChipContext(acc.Context):
-    """A context on a (pretend) v6e host whose runs return the given records, to check the
-    chip bodies' verdicts without a chip."""
+# --------------------------------------------------------------------------------------------
+# The chip checks' bodies, each run against fakes: a plausible chip passes, an implausible fails
+# --------------------------------------------------------------------------------------------
+# Figures by hand (not by the code under test):
+GPT2_PARAMS = 124_439_808  # GPT-2 small, as published (models/mingpt.py says the same)
+# 3 x forward matmuls of the gpt2 preset (8 sequences of 2 * 6 - 1 = 11 tokens, d 768, V 50257):
+# 12 x (24*88*768^2 + 4*88*11*768) + 2*88*768*50257 = 21,777,321,984; x 3:
+GPT2_FLOPS = 65_331_965_952
+# AdamW's update on a v6e: 124,439,808 x 24 bytes / 1638 GB/s (Cloud TPU docs) = 1.8233 ms; the
+# MFU of a step that fast: 65.332e9 / 1.8233e-3 s / 918e12 = 3.903%; 20x slower: 0.1952%.
+V6E_FLOOR_MS, V6E_MFU_HIGH, V6E_MFU_LOW = 1.8233, 0.03903, 0.001952
+XM_DOCSTRING_LIMIT = 34_088_157_184  # torch_xla 2.9's xm.get_memory_info docstring: 31.75 GiB
+TINY_PARAMS = 400_000  # fabricated: the order of minGPT tiny; its AdamW state is 4.8 MB
+V6E_PROBE = {"runtime": "xla", "pjrt_device": "TPU", "device_hw": "TPU",
+             "device_kind": "TPU v6 lite", "device_count": 1}
 
-    def __init__(self, records):
-        self.memo, self.has_xla = {}, True
-        self.tpu = SimpleNamespace(chips=1, reason="")
-        self.records = records
+
+def _train(wall_ms=9.0, sync_ms=0.2, losses=(3.0, 2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3)):
+    """Eight step records: step 0 compiles (5 s), then `wall_ms` each."""
+    return [{"kind": "step", "step": i, "wall_ms": 5000.0 if i == 0 else wall_ms,
+             "sync_ms": 5000.0 if i == 0 else sync_ms, "compiles": int(i == 0), "loss": loss}
+            for i, loss in enumerate(losses)]
+
+
+def _run(spec, records=(), out_dir="", **summary):
+    return SimpleNamespace(spec=spec, records=list(records), out_dir=str(out_dir),
+                           run_id=f"fake-{spec.mode}", runtime=dict(V6E_PROBE),
+                           summary={"n_params": TINY_PARAMS, **summary})
+
+
+def _gpt2_run(spec, wall_ms):
+    return _run(spec, _train(wall_ms), n_params=GPT2_PARAMS, flops_per_step=GPT2_FLOPS,
+                batch_size=8, items_per_step=88, item_unit="tokens", metric_name="",
+                metric=float("nan"))
+
+
+class FakeChip(acc.Context):
+    """A one-chip v6e host (torch_xla and TorchTPU both there) whose probe is `probe` and whose
+    runs are `runs(spec)`: nothing is started."""
+
+    def __init__(self, tmp_path, runs, probe=None, chips=1):
+        self.out = self.runs_dir = tmp_path
+        self.pool = SimpleNamespace(release_chip=lambda: None)
+        self.timeout = 1.0
+        self.tpu = SimpleNamespace(chips=chips, available=True, reason="", fallback="")
+        self.torchtpu = SimpleNamespace(chips=chips, installed=True, reason="",
+                                        summary=lambda: "fake TorchTPU")
+        self.has_xla = True
+        self.memo = {"probe": {**V6E_PROBE, **(probe or {})}}
+        self.runs = runs
 
     def run(self, spec):
-        return SimpleNamespace(records=self.records(spec), summary={}, out_dir="")
+        return self.runs(spec)
 
 
-def test_chip_bodies_flag_a_synchronize_that_does_not_wait_and_a_mode_that_drifts(monkeypatch):
-    steps = [{"kind": "step", "step": i, "wall_ms": 9.0, "sync_ms": 0.2, "loss": 3.0 - i / 10}
-             for i in range(4)]
-    timing = acc.check_timing(ChipContext(lambda spec: steps))
-    assert timing.status == "pass" and timing.figures["synchronize_waits"] is False
-    assert "synchronize does NOT wait" in timing.detail
+def _files(folder, files):
+    for name, data in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data) if isinstance(data, bytes) else path.write_text(data)
+    return folder
 
-    monkeypatch.setattr(acc, "available_modes", lambda: ["torch_eager", "lazy", "tpu_compile"])
-    drift = [{**s, "loss": s["loss"] * (1.1 if s["step"] else 1)} for s in steps]
-    modes = acc.check_modes(ChipContext(lambda spec: drift if spec.mode == "lazy" else steps))
-    assert modes.status == "fail" and "['lazy']" in modes.detail
+
+# Each scenario: (tmp_path, monkeypatch, plausible) -> a FakeChip; FAILS: what the fail says.
+def _detection(tmp, mp, ok):
+    mp.setattr(acc.backends, "tpu_kind_on_pci", lambda: "TPU v6e")
+    mp.setattr(acc.backends, "tpu_holder_details", lambda: [])
+    seen = {} if ok else {"device_kind": "cpu", "device_hw": "CPU"}  # the worker fell back
+    return FakeChip(tmp, None, seen)
+
+
+def _device_kind(tmp, mp, ok):
+    mp.setattr(acc.backends, "tpu_kind_on_pci", lambda: "TPU v6e" if ok else "TPU v5e")
+    return FakeChip(tmp, None)
+
+
+def _peaks_hbm(tmp, mp, ok):
+    limit = XM_DOCSTRING_LIMIT if ok else 16 * 2**30  # a v5e's HBM on a chip called v6e
+    memory = {"device_memory": {"bytes_limit": limit}, "device_memory_source": "xm"}
+    return FakeChip(tmp, lambda spec: _run(spec, memory=memory))
+
+
+def _memory(tmp, mp, ok):
+    peak = 60e6 if ok else 1e6  # below the model's own 4.8 MB of state: not this run's figure
+    device = {"bytes_used": min(30e6, peak), "peak_bytes_used": peak,
+              "bytes_limit": XM_DOCSTRING_LIMIT}
+    return FakeChip(tmp, lambda spec: _run(spec, memory={
+        "device_memory": device, "device_memory_source": "xm.get_memory_info"}))
+
+
+def _modes(tmp, mp, ok):
+    mp.setattr(acc, "available_modes", lambda: ["torch_eager", "lazy", "tpu_compile"])
+    drift = [{**s, "loss": s["loss"] * (1 if ok or not s["step"] else 1.1)} for s in _train()]
+    return FakeChip(tmp, lambda spec: _run(spec, drift if spec.mode == "lazy" else _train()))
+
+
+def _timing(tmp, mp, ok):
+    return FakeChip(tmp, lambda spec: _gpt2_run(spec, 9.0 if ok else 1.0))  # floor 1.82 ms
+
+
+def _optimised_hlo(tmp, mp, ok):
+    layout = "{1,0:T(8,128)}" if ok else "{1,0}"  # XLA:CPU's layouts have no tiles
+    text = (f"ENTRY %main {{ %p0 = f32[8,128]{layout} parameter(0)\n  ROOT %fusion.1 = "
+            f"f32[8,128]{layout} fusion(f32[8,128]{layout} %p0), kind=kLoop }}\n")
+    _files(tmp / "hlo", {"module_0001.SyncTensorsGraph.after_optimizations.txt": text})
+    return FakeChip(tmp, lambda spec: _run(spec, out_dir=tmp))
+
+
+def _persistent_cache(tmp, mp, ok):
+    from tpu_workbench.runs import compile_cache
+
+    second = ({"first_step_ms": 900.0, "persistent_hits": 3, "deserialize_failures": 0} if ok
+              else {"first_step_ms": 21000.0, "persistent_hits": 0, "deserialize_failures": 3})
+    frame = pd.DataFrame([{"first_step_ms": 20000.0, "persistent_hits": 0,
+                           "deserialize_failures": 0}, second])
+    mp.setattr(compile_cache, "persistent_cache_check", lambda spec, timeout: SimpleNamespace(
+        frame=frame, verdict="loaded" if ok else "could not load them"))
+    return FakeChip(tmp, None)
+
+
+def _profile(tmp, mp, ok):
+    from tpu_workbench import profiling
+
+    ops = pd.DataFrame({"hlo_op": ["fusion.12", "convolution.3", "copy.1"] if ok else [],
+                        "per_step_us": [120.0, 80.0, 5.0] if ok else []})
+    mp.setattr(profiling, "load_profile", lambda run: SimpleNamespace(ops=ops))
+    return FakeChip(tmp, lambda spec: _run(spec))
+
+
+def _torchtpu_profile(tmp, mp, ok):
+    _files(tmp / "profile", {"plugins/profile/1/host.xplane.pb": b"\x08\x01" if ok else b""})
+    return FakeChip(tmp, lambda spec: _run(spec, out_dir=tmp))
+
+
+def _pallas(tmp, mp, ok):
+    scale = 1.001 if ok else 1.1
+    pallas = [{**s, "loss": s["loss"] * scale} for s in _train()]
+    return FakeChip(tmp, lambda spec: _run(spec, pallas if spec.options else _train()))
+
+
+def _spmd(tmp, mp, ok):
+    layout = [{"kind": "layout", "device": d if ok else 0} for d in range(4)]
+    return FakeChip(tmp, lambda spec: _run(spec, layout + _train()), {"device_count": 4})
+
+
+def _torchtpu_cache(tmp, mp, ok):
+    cache = {"compilations": 3, "hits": 21, "requests": 24} if ok else \
+        {"compilations": 24, "hits": 0, "requests": 24}  # a compile every step
+    return FakeChip(tmp, lambda spec: _run(spec, cache=cache))
+
+
+def _stablehlo(tmp, mp, ok):
+    text = "func.func @main() { %0 = stablehlo.dot_general ... }" if ok else ""
+    _files(tmp / "hlo", {"0_forward.stablehlo.txt": text, "0_backward.stablehlo.txt": text})
+    return FakeChip(tmp, lambda spec: _run(spec, out_dir=tmp))
+
+
+def _dtensor(tmp, mp, ok):
+    from tpu_workbench.scale import dtensor_sharding
+
+    mp.setattr(dtensor_sharding, "layout", lambda *a, **k: [
+        {"kind": "layout", "device": d if ok else 0} for d in range(4)])
+    return FakeChip(tmp, None, chips=4)
+
+
+def _dtensor_train(tmp, mp, ok):
+    gang = [{**s, "loss": s["loss"] * (1 if ok else 1.01)} for s in _train()]
+    return FakeChip(tmp, lambda spec: _run(spec, gang if spec.mesh else _train()), chips=4)
+
+
+def _mfu(tmp, mp, ok):
+    return FakeChip(tmp, lambda spec: _gpt2_run(spec, 9.0 if ok else 0.9))
+
+
+def _chip_metrics(tmp, mp, ok):
+    hbm = 2e9 if ok else 6.0  # 6.0: a percentage of HBM where bytes belong
+    samples = [{"kind": "tpu_metrics", "step": i, "duty_cycle_pct": 40.0,
+                "duty_cycle_pct_per_chip": [40.0], "tensorcore_util_pct": 15.0,
+                "hbm_used_bytes": hbm, "hbm_used_bytes_per_chip": [hbm]} for i in range(8)]
+    return FakeChip(tmp, lambda spec: _run(spec, _train() + samples,
+                                           chip_metrics={"samples": 8, "errors": {}}))
+
+
+def _generation(tmp, mp, ok):
+    from tpu_workbench.generation import runs
+
+    runs_ = SimpleNamespace(errors={}, outputs=pd.DataFrame(
+        {"mode": ["torch_eager", "tpu_compile"], "same_as_pytorch": [None, True]}),
+        summary=pd.DataFrame({"mode": ["tpu_compile"], "strategy": ["static_cache"],
+                              "compiles_total": [2 if ok else 9]}))  # 9: one per token
+    mp.setattr(runs, "generate_many", lambda specs, **k: runs_)
+    mp.setattr(runs, "specs_for", lambda *a, **k: [])
+    return FakeChip(tmp, None)
+
+
+def _calibration(tmp, mp, ok):
+    from tpu_workbench.planning import predict
+
+    low, high = (6.0, 8.0) if ok else (2.0, 3.0)
+    mp.setattr(predict, "predict", lambda *a, **k: pd.DataFrame([{
+        "predicted_step_min_ms": low, "predicted_step_max_ms": high, "bottleneck": "hbm"}]))
+    return FakeChip(tmp, lambda spec: _gpt2_run(spec, 9.0))
+
+
+SCENARIOS = {  # check -> (scenario, what its fail says)
+    "detection": (_detection, "the worker sees 1 x cpu"),
+    "device_kind": (_device_kind, "PCI says TPU v5e: they disagree"),
+    "peaks_hbm": (_peaks_hbm, "HBM 16.00 GiB is 50% of the table's"),
+    "memory": (_memory, "(inconsistent)"),
+    "modes": (_modes, "losses differ from plain PyTorch: ['lazy']"),
+    "timing": (_timing, "fastest 1.00 ms, the AdamW update's HBM floor on v6e: 1.82 ms"),
+    "optimised_hlo": (_optimised_hlo, "0 with TPU tiled layouts"),
+    "persistent_cache": (_persistent_cache, "0 hit(s), 3 deserialize failure(s)"),
+    "profile": (_profile, "0 HLO op row(s)"),
+    "pallas": (_pallas, "losses differ"),
+    "spmd": (_spmd, "1 device(s) hold the layout"),
+    "torchtpu_cache": (_torchtpu_cache, "24 compilation(s), 0 hit(s)"),
+    "stablehlo": (_stablehlo, "0 with stablehlo ops"),
+    "torchtpu_profile": (_torchtpu_profile, "0 not empty"),
+    "dtensor": (_dtensor, "on 1 device(s)"),
+    "dtensor_train": (_dtensor_train, "losses differ"),
+    "mfu": (_mfu, "above what the HBM floor allows"),
+    "chip_metrics": (_chip_metrics, "HBM in use 6 bytes"),
+    "generation": (_generation, "static_cache compiled 9 time(s)"),
+    "calibration": (_calibration, "passes within 1.50-3.75 ms"),
+}
+
+
+def test_every_wired_check_body_has_a_chip_scenario():
+    wired = {c.key for c in acc.CHECKS if c.run is not None}
+    assert set(SCENARIOS) == wired  # the 18 chip-only bodies and the chip form of the CPU two
+    assert [c.key for c in acc.CHECKS if c.run is None] == ["ici"]  # not wired: no body to run
+
+
+@pytest.mark.parametrize("plausible", [True, False], ids=["plausible", "implausible"])
+@pytest.mark.parametrize("key", list(SCENARIOS))
+def test_chip_check_body_against_fakes(key, plausible, tmp_path, monkeypatch):
+    scenario, fails_with = SCENARIOS[key]
+    check = next(c for c in acc.CHECKS if c.key == key)
+    row = acc.run_check(check, scenario(tmp_path, monkeypatch, plausible))
+    assert "where" not in row["figures"], row  # judged, not an exception
+    if plausible:
+        assert row["status"] == "pass", row
+    else:
+        assert row["status"] == "fail" and fails_with in row["detail"], row
+
+
+def test_timing_says_when_synchronize_does_not_wait(tmp_path, monkeypatch):
+    outcome = acc.check_timing(_timing(tmp_path, monkeypatch, True))
+    assert outcome.status == "pass" and outcome.figures["synchronize_waits"] is False
+    assert "synchronize does NOT wait" in outcome.detail
+
+
+def test_mfu_band_is_the_hbm_floor_of_the_adamw_update():
+    def row(ms):  # what summarize_results gives for a steady step of `ms`, figured by hand
+        return {"mfu": GPT2_FLOPS / (ms / 1e3) / 918e12, "peak_tflops": 918.0,
+                "peak_source": "v6e x1 bf16 peak (chip table)", "flops_per_step": GPT2_FLOPS,
+                "n_params": GPT2_PARAMS, "achieved_tflops": 0.0, "steady_median_ms": ms}
+
+    ok = judge.judge_mfu(row(9.0), "TPU v6 lite", "compile")  # 0.791%
+    assert ok.status == "pass"
+    assert ok.figures["mfu_high"] == pytest.approx(V6E_MFU_HIGH, rel=1e-3)
+    assert ok.figures["mfu_low"] == pytest.approx(V6E_MFU_LOW, rel=1e-3)
+    assert ok.figures["floor_ms"] == pytest.approx(V6E_FLOOR_MS, rel=1e-4)
+    assert judge.judge_mfu(row(1.0), "TPU v6 lite", "compile").status == "fail"  # 7.1%
+    assert "host-bound" in judge.judge_mfu(row(40.0), "TPU v6 lite", "compile").detail  # 0.18%
+    assert judge.judge_mfu(row(9.0), "TPU v9", "compile").status == "fail"
+
+
+def test_calibration_passes_within_a_quarter_of_the_predicted_range():
+    def cal(ms):
+        return {"predicted_step_min_ms": 6.0, "predicted_step_max_ms": 8.0,
+                "measured_step_ms": ms, "in_range": 6.0 <= ms <= 8.0, "error": ms / 8 - 1}
+
+    # 6 x 0.75 = 4.5 ms, 8 x 1.25 = 10 ms
+    assert [judge.judge_calibration(cal(ms)).status for ms in (4.4, 4.6, 7.0, 9.9, 10.1)] == \
+        ["fail", "pass", "pass", "pass", "fail"]
+
+
+def test_peaks_and_hbm_are_the_runtimes_against_the_chip_table():
+    v6e_gib = 32 * 2**30  # TorchTPU's total_memory of a 32 GiB chip
+    assert judge.judge_peaks_hbm("TPU v6 lite", None, XM_DOCSTRING_LIMIT, "xm").status == "pass"
+    assert judge.judge_peaks_hbm("TPU v5 lite", None, XM_DOCSTRING_LIMIT, "xm").status == "fail"
+    assert judge.judge_peaks_hbm("TPU v6e", 918e12, v6e_gib, "torch.tpu").status == "pass"
+    wrong_peak = judge.judge_peaks_hbm("TPU v6e", 459e12, v6e_gib, "torch.tpu")  # v5p's
+    assert wrong_peak.status == "fail" and "459 TFLOP/s is not the table's" in wrong_peak.detail
+    assert judge.judge_peaks_hbm("TPU v6 lite", None, None, "none").status == "fail"
+    assert "not in the chip table" in judge.judge_peaks_hbm("TPU v9", None, v6e_gib, "x").detail
+
+
+def test_torchtpu_memory_and_out_of_range_chip_metrics():
+    summary = {"hbm_summary": "HBM: 12 MiB / 32 GiB", "hbm_bytes": 32 * 2**30,
+               "device_memory_source": "torch.tpu._hbm_usage_summary()"}
+    assert judge.judge_memory(summary, TINY_PARAMS, "TPU v6e").status == "pass"
+    assert judge.judge_memory(summary, TINY_PARAMS, "TPU v5e").status == "fail"  # 16 GiB chip
+    assert judge.judge_memory({"device_memory_source": "n/a"}, TINY_PARAMS, "TPU v6e").status \
+        == "fail"
+    sample = {"kind": "tpu_metrics", "duty_cycle_pct": 140.0, "hbm_used_bytes": 2e9}
+    over = judge.judge_chip_metrics([sample], None, TINY_PARAMS, "TPU v6e")
+    assert over.status == "fail" and "1 percentage(s) outside 0-100" in over.detail
+    assert "not sampled: no TPU chip" in judge.judge_chip_metrics(
+        [], "no TPU chip", TINY_PARAMS, "TPU v6e").detail
