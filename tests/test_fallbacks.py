@@ -5,8 +5,10 @@ The model with known holes is defined here and trained by the worker's own loop
 would: on XLA:CPU torch_xla 2.9 has no lowering for the backward of nearest upsampling (the hole
 the UNet family works around, see models/unet.py), so ``aten::upsample_nearest2d_backward``
 runs on the CPU once per step; and a Python ``if`` on a tensor's value is a graph break for
-Dynamo (and a host read of the value between its two graphs). minGPT tiny through the runner
-shows the explicit zero.
+Dynamo (and a host read of the value between its two graphs). A user's top-1 mixture of experts
+(tests/models/tiny_moe.py) breaks inside its loop over experts, so Dynamo skips its whole
+``forward``, which only Dynamo's log tells. minGPT tiny through the runner shows the explicit
+zero.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from tpu_workbench.records import FALLBACK_COLUMNS
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
 BRANCH = "if self.branch and h.sum() > 1e9:  # data-dependent branch"
+MOE = ROOT / "tests" / "models" / "tiny_moe.py"
+MOE_BRANCH = "if mask.any():  # skip an expert no point was routed to"
 
 
 @dataclass
@@ -210,3 +214,93 @@ def test_mingpt_lazy_has_no_fallbacks_and_says_so(results):
     from tpu_workbench.cli.bench import outside_compiler
 
     assert outside_compiler(table) == "no CPU fallbacks (lazy)"
+
+
+def _moe_where() -> str:
+    """``file:line in forward`` of the MoE's ``if mask.any():``, found in its source."""
+    line = next(i for i, text in enumerate(MOE.read_text().splitlines(), 1)
+                if text.strip() == MOE_BRANCH)
+    return f"tests/models/tiny_moe.py:{line} in forward"
+
+
+def _assert_moe_skip_reported(result) -> None:
+    """One graph break at step 0, at the MoE's `if mask.any():`, that made Dynamo skip
+    `forward` whole; the table and the CLI say the function ran uncompiled."""
+    breaks = [r for r in result.records if r["kind"] == "graph_break"]
+    assert [(r["step"], r["reason"], r["where"], r["line"], r["skipped_frame"], r["count"])
+            for r in breaks] == [
+        (0, "Data-dependent branching", _moe_where(), MOE_BRANCH, _moe_where(), 1)], breaks
+    assert "data-dependent branching" in breaks[0]["detail"].lower()
+    steps = [r for r in result.records if r["kind"] == "step"]
+    assert [r["graph_breaks"] for r in steps] == [1] + [0] * (len(steps) - 1)
+
+    table = wb.fallbacks(result)
+    (row,) = table[table["kind"] == "graph_break"].to_dict("records")
+    assert (row["op"], row["where"], row["skipped_frame"], row["steps"]) == (
+        "Data-dependent branching", _moe_where(), _moe_where(), "0")
+    assert "`forward`" in row["note"] and "uncompiled" in row["note"]
+    assert "data-dependent" in row["note"]
+
+    from tpu_workbench.cli.bench import outside_compiler
+
+    text = outside_compiler(table)
+    assert "no graph breaks" not in text
+    assert f"{result.spec.mode}: forward ran uncompiled" in text, text
+
+
+def test_a_frame_dynamo_skips_is_reported_with_its_reason_and_line(results):
+    """The issue's case: the break sits in a loop, so Dynamo compiles nothing of `forward`
+    (measured: a counting backend receives 0 graphs) and graph_break_reasons stays empty. A
+    second run in the same warm worker reports it again: Dynamo would otherwise keep running
+    the skipped code uncompiled without tracing it anew."""
+    pool = wb.WorkerPool()
+    try:
+        for seed, steps in ((0, 2), (1, 1)):  # cold, then warm
+            spec = wb.ExperimentSpec(model=f"{MOE}:make", preset="default", mode="dynamo",
+                                     steps=steps, seed=seed)
+            result = wb.run(spec, pool=pool)
+            _assert_moe_skip_reported(result)
+            # the experts' `if` reads mask.any() on the host, 4 experts a step
+            ops = [(r["step"], r["op"], r["count"]) for r in result.records
+                   if r["kind"] == "fallback" and r["op"] == "aten::_local_scalar_dense"]
+            assert ops == [(s, "aten::_local_scalar_dense", 4) for s in range(steps)]
+    finally:
+        pool.shutdown()
+
+
+def test_inductor_reports_the_skipped_frame_too(results):
+    pool = wb.WorkerPool()
+    try:
+        result = wb.run(wb.ExperimentSpec(model=f"{MOE}:make", preset="default",
+                                          mode="inductor", steps=2), pool=pool)
+    finally:
+        pool.shutdown()
+    _assert_moe_skip_reported(result)
+
+
+def test_reading_dynamos_skips_prints_nothing_and_compiles_nothing(capfd):
+    """In this process, on the CPU: what the worker reads of Dynamo's log, with no graph for
+    `forward` (a counting backend) and not a line more on stdout or stderr."""
+    import importlib.util
+
+    from tpu_workbench.worker.backend import GraphBreaks
+
+    module_spec = importlib.util.spec_from_file_location("tiny_moe_inline", MOE)
+    moe = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(moe)
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    breaks = GraphBreaks()
+    model = torch.compile(moe.build(), backend=counting)
+    batch = moe.make_batch(32, torch.Generator().manual_seed(0))
+    moe.loss(model, batch).backward()
+    (record,) = breaks.new(0)
+    assert graphs == []
+    assert record["reason"] == "Data-dependent branching"
+    assert record["where"].endswith(f":{_moe_where().split(':', 1)[1]}")
+    assert record["skipped_frame"] == record["where"]
+    assert capfd.readouterr() == ("", "")

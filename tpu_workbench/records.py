@@ -16,7 +16,10 @@ a ``kind``:
 ``fallback``    ``step``, ``op`` (torch_xla's counter name, ``aten::<op>``), ``count`` (calls in
                 the step); one per op that ran on the CPU in that step
 ``graph_break`` ``step``, ``reason`` (Dynamo's first line), ``detail`` (its explanation),
-                ``where`` (``file:line in function``), ``line`` (the source), ``count``
+                ``where`` (``file:line in function``), ``line`` (the source), ``count``,
+                ``skipped_frame``: ``file:line in function`` of the function Dynamo gave up
+                on whole (a break inside a for/while loop: no graph, it ran uncompiled),
+                "" for a break Dynamo compiled around
 ``layout``      what one device holds of one tensor
                 (:data:`tpu_workbench.sharding.LAYOUT_COLUMNS`)
 ``info``        ``n_params``, ``batch_size``, ``device``
@@ -62,11 +65,12 @@ LABELS = ("model", "preset", "mode")
 # :func:`tpu_workbench.timing.fallbacks`: one row per op that ran outside the compiler or graph
 # break of a run. ``kind`` "fallback" or "graph_break"; ``op`` the op (``aten::<op>``) or the
 # break's reason, "none" with ``count`` 0 for a run that measured none of that kind; ``where``
-# and ``line`` the source of a graph break; ``count`` calls (fallback) or breaks over the run;
-# ``per_step`` calls per step of the run (fallbacks); ``steps`` the steps it happened in
-# ("0-19"); ``note`` what it means.
-FALLBACK_COLUMNS = ["model", "preset", "mode", "kind", "op", "where", "line", "count",
-                    "per_step", "steps", "note", "run_id"]
+# and ``line`` the source of a graph break; ``skipped_frame`` the function a graph break made
+# Dynamo skip whole, so it ran uncompiled ("" otherwise); ``count`` calls (fallback) or breaks
+# over the run; ``per_step`` calls per step of the run (fallbacks); ``steps`` the steps it
+# happened in ("0-19"); ``note`` what it means.
+FALLBACK_COLUMNS = ["model", "preset", "mode", "kind", "op", "where", "line", "skipped_frame",
+                    "count", "per_step", "steps", "note", "run_id"]
 
 
 def require_columns(df: Any, columns: list[str], what: str) -> None:

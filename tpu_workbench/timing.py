@@ -186,9 +186,18 @@ _OP_NOTES = {
                                  "a tensor): the graph is cut and run to get it",
 }
 _OP_NOTE = "ran on the CPU: no XLA lowering for it here (inputs copied to the host and back)"
-_BREAK_NOTES = {
-    "generic_jump": "a Python `if`/`while` on a tensor's value: a data-dependent branch",
+_BRANCH = "a Python `if`/`while` on a tensor's value: a data-dependent branch"
+_BREAK_NOTES = {  # by how the reason starts
+    "generic_jump": _BRANCH,  # torch 2.9's words for a break it compiled around
+    "Data-dependent branching": _BRANCH,  # the break's type: all a skipped frame's log names
 }
+
+
+def _skip_note(skipped_frame: str) -> str:
+    """What a skipped frame (``file:line in function``) means."""
+    function = skipped_frame.rsplit(" in ", 1)[-1]
+    return (f"Dynamo gave up on all of `{function}`: a graph break inside a for/while loop "
+            "cannot be resumed, so the whole function ran uncompiled (eager), every call")
 
 
 def fallbacks(runs) -> pd.DataFrame:
@@ -196,7 +205,8 @@ def fallbacks(runs) -> pd.DataFrame:
 
     One row per op that ran outside XLA (``kind="fallback"``: torch_xla's ``aten::<op>``
     counters, calls over the run and per step) and per graph break Dynamo made
-    (``kind="graph_break"``, modes ``dynamo`` and ``inductor``: reason, source line, how often).
+    (``kind="graph_break"``, modes ``dynamo`` and ``inductor``: reason, source line, how often;
+    ``skipped_frame`` set where Dynamo gave up on the whole function, which ran uncompiled).
     Zero is explicit: a run that measured none of a kind has one row ``op="none"``, ``count=0``
     (:data:`NO_FALLBACKS`, :data:`NO_GRAPH_BREAKS`). A run that measures neither (plain PyTorch
     eager, TorchTPU) has no row. `runs`: a Comparison, a RunResult or a list of RunResults.
@@ -217,7 +227,8 @@ def fallbacks(runs) -> pd.DataFrame:
             found = _outside_rows(kind, [r for r in result.records if r.get("kind") == kind],
                                   len(steps))
             rows += [{**base, **row} for row in found] or [
-                {**base, "kind": kind, "op": "none", "where": "", "line": "", "count": 0,
+                {**base, "kind": kind, "op": "none", "where": "", "line": "",
+                 "skipped_frame": "", "count": 0,
                  "per_step": 0.0 if kind == "fallback" else math.nan, "steps": "",
                  "note": none}]
     return pd.DataFrame(rows, columns=FALLBACK_COLUMNS)
@@ -225,14 +236,17 @@ def fallbacks(runs) -> pd.DataFrame:
 
 def _outside_rows(kind: str, records: list[dict], n_steps: int) -> list[dict]:
     """The records of one kind of one run summed per op (fallback) or reason and place."""
-    groups: dict[tuple[str, str], dict] = {}
+    groups: dict[tuple[str, str, str], dict] = {}
     for r in records:
         op = r["op"] if kind == "fallback" else r.get("reason", "")
-        row = groups.setdefault((op, r.get("where", "")), {
+        skipped = r.get("skipped_frame", "")  # absent from runs stored before it was recorded
+        note = (_OP_NOTES.get(op, _OP_NOTE) if kind == "fallback"
+                else next((v for k, v in _BREAK_NOTES.items() if op.startswith(k)),
+                          r.get("detail", "")))
+        row = groups.setdefault((op, r.get("where", ""), skipped), {
             "kind": kind, "op": op, "where": r.get("where", ""), "line": r.get("line", ""),
-            "count": 0, "steps": set(), "note": _OP_NOTES.get(op, _OP_NOTE) if kind == "fallback"
-            else next((v for k, v in _BREAK_NOTES.items() if op.startswith(k)),
-                      r.get("detail", ""))})
+            "skipped_frame": skipped, "count": 0, "steps": set(),
+            "note": f"{_skip_note(skipped)}; {note}" if skipped else note})
         row["count"] += int(r["count"])
         row["steps"].add(int(r["step"]))
     out = sorted(groups.values(), key=lambda row: (min(row["steps"]), -row["count"]))

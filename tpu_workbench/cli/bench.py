@@ -75,8 +75,9 @@ def write_outputs(comparison: Comparison, out: Path, steps: int) -> list[Path]:
 
 def outside_compiler(table) -> str:
     """What did not compile, for the terminal: "no CPU fallbacks (lazy, ...)" and "no graph
-    breaks (dynamo)" for the modes with none, then a small table of the ops and breaks found
-    (`table`: :func:`~tpu_workbench.timing.fallbacks`)."""
+    breaks (dynamo)" for the modes with none, then a small table of the ops and breaks found,
+    and a line per function Dynamo skipped whole (`table`:
+    :func:`~tpu_workbench.timing.fallbacks`)."""
     lines = []
     for kind, none in (("fallback", "no CPU fallbacks"), ("graph_break", "no graph breaks")):
         clean = table[(table["kind"] == kind) & (table["count"] == 0)]["mode"].tolist()
@@ -86,6 +87,10 @@ def outside_compiler(table) -> str:
     if len(found):
         cols = ["mode", "kind", "op", "where", "count", "per_step", "steps"]
         lines.append(found[cols].to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+    for row in found[found["skipped_frame"] != ""].itertuples():
+        lines.append(f"{row.mode}: {row.skipped_frame.rsplit(' in ', 1)[-1]} ran uncompiled: "
+                     f"Dynamo skipped the whole frame at {row.skipped_frame} ({row.op}, a graph "
+                     "break inside a loop)")
     return "\n".join(lines)
 
 

@@ -9,7 +9,11 @@ count what it compiled and what ran outside the compiler, then report memory and
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 import resource
+import traceback
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -103,35 +107,136 @@ def _where(frame: Any) -> str:
     return f"{path}:{frame.lineno} in {frame.name}"
 
 
+# What Dynamo logs (torch 2.9, symbolic_convert.py) when it gives up on a whole function: the
+# break on the graph_breaks artifact logger (a repeat of a place in a short form that says as
+# much), then the skip, naming the frame at the line where the loop broke.
+_BREAK_AT = re.compile(r"in user code at (.+?):(\d+)\nGraph Break Reason: (.*?)"
+                       r"(?:\nUser code traceback:|$)", re.S)
+_TRACE_LINE = re.compile(r'File "(.+?)", line (\d+), in (\S+)')
+_LOOP_SKIP = "Skipping frame because there is a graph break in a for/while loop"
+_FRAME = re.compile(r"<FrameSummary file (.+), line (\d+) in (\S+)>")
+
+
+class SkippedFrames(logging.Filter):
+    """Functions Dynamo gave up on. A graph break inside a for/while loop cannot be resumed, so
+    Dynamo skips the whole frame, which runs uncompiled (a counting backend gets no graph) on
+    this call and every later one. No partial graph is compiled, so the break never reaches
+    ``graph_break_reasons``: Dynamo only logs it, and this filter on its two loggers reads the
+    break (reason, place) and the skip. One per process (:func:`skipped_frames`); a record passes
+    on only where the logger's level before this lowered it let it through (``TORCH_LOGS``), so
+    nothing new is printed."""
+
+    LOGGERS = {"torch._dynamo.symbolic_convert.__graph_breaks": logging.DEBUG,
+               "torch._dynamo.symbolic_convert": logging.INFO}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, Any, Any]] = []  # (reason, break's frame, skipped frame)
+        self.codes: list[weakref.ref] = []  # the skipped code objects, for :meth:`retrace`
+        self.floors: dict[str, int] = {}
+        self.names: dict[tuple[str, int], str] = {}  # (file, line) -> function, from full traces
+        self.last_break: tuple[str, int, str] | None = None
+
+    def install(self) -> None:
+        """Filter the loggers and lower their levels so the records are made (again, in case
+        ``torch._logging.set_logs`` reset them since)."""
+        for name, level in self.LOGGERS.items():
+            log = logging.getLogger(name)
+            if self not in log.filters:
+                self.floors[name] = log.getEffectiveLevel()
+                log.addFilter(self)
+            if log.getEffectiveLevel() > level:
+                log.setLevel(level)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with contextlib.suppress(Exception):  # reading a log must never fail Dynamo's trace
+            self._read(record.getMessage())
+        return record.levelno >= self.floors.get(record.name, logging.WARNING)
+
+    def _read(self, msg: str) -> None:
+        if match := _BREAK_AT.search(msg):
+            for f in _TRACE_LINE.finditer(msg):  # a repeated place is logged without its trace
+                self.names[(f[1], int(f[2]))] = f[3]
+            self.last_break = (match[1], int(match[2]), match[3])
+        elif msg.startswith(_LOOP_SKIP) and (f := _FRAME.search(msg)):
+            frame = traceback.FrameSummary(f[1], int(f[2]), f[3])
+            file, line, reason = self.last_break or (frame.filename, frame.lineno, "")
+            name = self.names.get((file, line), frame.name if file == frame.filename else "?")
+            self.events.append((reason, traceback.FrameSummary(file, line, name), frame))
+            self.last_break = None
+            self._keep_code(frame)
+
+    def _keep_code(self, frame: Any) -> None:
+        from torch._dynamo.convert_frame import input_codes  # every code Dynamo was handed
+
+        for ref in reversed(input_codes.seen):
+            code = ref()
+            if (code is not None and (code.co_filename, code.co_name) == (frame.filename,
+                                                                           frame.name)
+                    and any(line == frame.lineno for *_, line in code.co_lines())):
+                if all(kept() is not code for kept in self.codes):
+                    self.codes.append(weakref.ref(code))
+                return
+
+    def retrace(self) -> None:
+        """Let Dynamo trace the skipped functions again. It marks a skipped code object to run
+        uncompiled for the rest of the process, so a warm worker's next run of the same model
+        would skip it without a word; traced again, it is skipped and logged as in a cold one."""
+        from torch._dynamo.eval_frame import remove_from_cache
+
+        for ref in self.codes:
+            if (code := ref()) is not None:
+                remove_from_cache(code)
+
+
+_SKIPPED: SkippedFrames | None = None
+
+
+def skipped_frames() -> SkippedFrames:
+    """This process's :class:`SkippedFrames`, installed."""
+    global _SKIPPED
+    if _SKIPPED is None:
+        _SKIPPED = SkippedFrames()
+    _SKIPPED.install()
+    return _SKIPPED
+
+
 class GraphBreaks:
     """The graph breaks Dynamo made while tracing (torch.compile, any backend): the list
     ``torch._dynamo.utils.graph_break_reasons`` that ``torch._dynamo.explain`` reads too, so
-    nothing runs twice. Dynamo breaks while it traces (step 0, or a step that recompiled), not
-    on every call."""
+    nothing runs twice, and the functions it skipped whole (:class:`SkippedFrames`). Dynamo
+    breaks while it traces (step 0, or a step that recompiled), not on every call."""
 
     def __init__(self) -> None:
         from torch._dynamo.utils import graph_break_reasons
 
         self.reasons = graph_break_reasons
         self.seen = len(graph_break_reasons)
+        self.skips = skipped_frames()
+        self.skips.retrace()
+        self.skips_seen = len(self.skips.events)
 
     def new(self, step: int) -> list[dict[str, Any]]:
-        """One ``kind="graph_break"`` record per (reason, place) Dynamo added since the last
-        call: ``reason`` (its first line), ``detail`` (its explanation), ``where``, ``line``
-        (the source line), ``count``."""
+        """One ``kind="graph_break"`` record per (reason, place, skipped frame) Dynamo added
+        since the last call: ``reason`` (its first line), ``detail`` (its explanation),
+        ``where``, ``line`` (the source), ``skipped_frame`` (``where`` of the function Dynamo
+        gave up on, at the line it stopped; "" for a break it compiled around), ``count``."""
         if len(self.reasons) < self.seen:  # torch._dynamo.reset() cleared the list
             self.seen = 0
         fresh, self.seen = self.reasons[self.seen:], len(self.reasons)
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        for r in fresh:
-            lines = [ln.strip() for ln in str(r.reason).splitlines() if ln.strip()]
-            frame = r.user_stack[-1] if r.user_stack else None
+        skips, self.skips_seen = self.skips.events[self.skips_seen:], len(self.skips.events)
+        out: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for reason, frame, skipped in [(r.reason, r.user_stack[-1] if r.user_stack else None,
+                                        None) for r in fresh] + skips:
+            lines = [ln.strip() for ln in str(reason).splitlines() if ln.strip()]
             where = _where(frame) if frame is not None else ""
-            record = out.setdefault((lines[0] if lines else "", where), {
+            skipped_at = _where(skipped) if skipped is not None else ""
+            record = out.setdefault((lines[0] if lines else "", where, skipped_at), {
                 "kind": "graph_break", "step": step, "reason": lines[0] if lines else "",
                 "detail": next((ln.removeprefix("Explanation:").strip() for ln in lines
                                 if ln.startswith("Explanation:")), ""),
-                "where": where, "line": (frame.line or "").strip() if frame else "", "count": 0})
+                "where": where, "line": (frame.line or "").strip() if frame else "",
+                "skipped_frame": skipped_at, "count": 0})
             record["count"] += 1
         return list(out.values())
 
