@@ -2,7 +2,7 @@
 
 ``steps.csv`` and ``summary.csv`` hold every run, with a column per swept field (``mode`` and
 each ``--grid`` field) and ``node``; ``runs.csv`` one row per run (state, host, node, attempts,
-error); one chart per swept field (HTML and PNG).
+concurrent, error); one chart per swept field (HTML and PNG).
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-retries", type=int, default=1,
                         help="ray: times a run whose node died is run again (default 1)")
+    parser.add_argument("--runs-per-host", type=int, default=1,
+                        help="ray: runs a node may time at once (default 1; more contend for "
+                             "its CPUs, and runs.csv's `concurrent` says which did)")
     parser.add_argument("--cold", action="store_true",
                         help="a fresh worker per run (default: warm workers are reused)")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
@@ -84,7 +87,8 @@ def sweep(args: argparse.Namespace) -> int:
             bar.update(1)
 
         result = run_sweep(specs, engine=args.engine, address=args.address, on_run_end=ended,
-                           max_retries=args.max_retries, cold=args.cold)
+                           max_retries=args.max_retries, cold=args.cold,
+                           runs_per_host=args.runs_per_host)
     written = write_outputs(result, out)
     summary = result.summary
     if len(summary):

@@ -8,16 +8,29 @@ it, then the run's summary, environment and artifact files. The driver writes th
 in its own results folder with the runner's :func:`~tpu_workbench.runs.runner.save_run` (one rename,
 never half-written), recording the node's host name and id in ``environment.json``.
 
+One timed run per host: a run's step times are only its own if nothing else on the host competes
+for its CPUs (each workbench worker uses a full thread pool), so every non-TPU run asks for the
+whole of a custom resource, :data:`HOST_RESOURCE`, of which each node declares one. An embedded
+Ray declares it itself; on a cluster start every node with ``ray start ... --resources=
+'{"tpu_workbench_host": 1}'`` (a sweep refuses to start, saying so, when no node has it). A
+custom resource rather than ``num_cpus=<the node's CPUs>``: nodes differ in size, and a task asks
+for one amount everywhere. ``runs_per_host=k`` (opt-in) asks for 1/k of it, so k runs share a
+host and their step times contend. A TPU run asks for all of its host's chips instead (a TPU
+admits one process).
+
 Faults: Ray's own task retries are off (they would splice a retried run's records onto the dead
 attempt's); a task whose node or Ray worker dies is submitted again, at most `max_retries`
 times, and a run that still cannot finish is saved as ``<run_id>-failed`` with the last
-attempt's partial records. Every node needs this package installed (a ``pip install`` of the
-workbench, as on the driver); importing this module imports ray.
+attempt's partial records. A retry starts again at step 0, and the dead attempt's records
+have already been streamed: every record ``on_record`` gets carries ``attempt`` (1, 2, ...),
+and only the last attempt's are saved. Every node needs this package installed (a ``pip
+install`` of the workbench, as on the driver); importing this module imports ray.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -25,6 +38,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +59,7 @@ PROBE_TIMEOUT_S = 3.0  # a cluster's GCS port answers at once; a wrong address m
 CLIENT_PORT = 10001  # ray://host without a port: Ray Client's default
 # What the driver writes itself; every other file of a node's run folder is an artifact.
 OWN_FILES = {ENVIRONMENT_FILE, "spec.json", "summary.json", "records.jsonl", "steps.csv"}
+HOST_RESOURCE = "tpu_workbench_host"  # one per node: the right to time steps there
 
 
 @dataclass
@@ -60,6 +75,8 @@ class Outcome:
     host: str = ""
     node_id: str = ""
     attempts: int = 0
+    started: float | None = None  # the node's clock when the last attempt's task began
+    ended: float | None = None  # ... and when its run ended (None: its node died first)
 
 
 # -- connecting ------------------------------------------------------------------------------
@@ -96,8 +113,8 @@ def connect(address: str | None, num_cpus: int | None = None) -> None:
         ray.shutdown()
     try:
         if address is None:
-            ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
+            ray.init(num_cpus=num_cpus or os.cpu_count(), resources={HOST_RESOURCE: 1},
+                     include_dashboard=False, log_to_driver=False, configure_logging=False)
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -105,20 +122,28 @@ def connect(address: str | None, num_cpus: int | None = None) -> None:
             f"could not connect to the Ray cluster at {address!r}: {exc}") from None
 
 
-def resources(spec: ExperimentSpec, cpus_per_run: float) -> dict[str, Any]:
-    """Ray resources of one run: CPUs for a CPU run; a whole TPU host's chips for a TPU run (a
-    TPU admits one process, so one run per host at a time); a GPU for a CUDA run."""
+def resources(spec: ExperimentSpec, cpus_per_run: float, runs_per_host: int = 1,
+              nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Ray resources of one run: a whole TPU host's chips for a TPU run (a TPU admits one
+    process, so one run per host at a time); otherwise CPUs (and a GPU for a CUDA run) and
+    1/`runs_per_host` of the node's :data:`HOST_RESOURCE`. `nodes`: ``ray.nodes()``."""
     device = runtime_config(spec).device
+    alive = [n["Resources"] for n in (ray.nodes() if nodes is None else nodes) if n.get("Alive")]
     if device == "tpu":
-        chips = [n["Resources"]["TPU"] for n in ray.nodes()
-                 if n.get("Alive") and n["Resources"].get("TPU")]
+        chips = [r["TPU"] for r in alive if r.get("TPU")]
         if not chips:
             raise WorkbenchError(f"spec {spec.model}/{spec.preset}/{spec.mode} needs a TPU, and "
                                  "no node of this Ray cluster advertises a TPU resource")
         return {"num_cpus": cpus_per_run, "resources": {"TPU": min(chips)}}
+    if not any(r.get(HOST_RESOURCE, 0) >= 1 for r in alive):
+        raise WorkbenchError(
+            f"no node of this Ray cluster declares the {HOST_RESOURCE!r} resource that keeps "
+            "timed runs apart (one per host); start every node with `ray start ... --resources="
+            f"'{{\"{HOST_RESOURCE}\": 1}}'` (an embedded Ray, address=None, declares it itself)")
+    share = {HOST_RESOURCE: int(10_000 / runs_per_host) / 10_000}  # Ray's 1/10000ths, down
     if device == "cuda":
-        return {"num_cpus": cpus_per_run, "num_gpus": 1}
-    return {"num_cpus": cpus_per_run}
+        return {"num_cpus": cpus_per_run, "num_gpus": 1, "resources": share}
+    return {"num_cpus": cpus_per_run, "resources": share}
 
 
 # -- on the node -----------------------------------------------------------------------------
@@ -126,7 +151,9 @@ def resources(spec: ExperimentSpec, cpus_per_run: float) -> dict[str, Any]:
 def _run_on_node(spec_dict: dict[str, Any], cold: bool, timeout: float):
     """Run one spec in a workbench worker on this node; yield its messages as they come."""
     context = ray.get_runtime_context()
-    yield {"type": "start", "host": socket.gethostname(), "node_id": context.get_node_id()}
+    # Node-clock times bound the run inside the task's hold on the host's resource.
+    yield {"type": "start", "host": socket.gethostname(), "node_id": context.get_node_id(),
+           "t": time.time()}
     spec = ExperimentSpec.from_dict(spec_dict)
     tmp = Path(tempfile.mkdtemp(prefix="tpu_workbench_ray_"))
     # Warm by default: this Ray worker process keeps its workbench worker (and compile cache)
@@ -143,14 +170,14 @@ def _run_on_node(spec_dict: dict[str, Any], cold: bool, timeout: float):
             result = run.result()
         except WorkbenchError as exc:  # the run failed, or this node cannot run the spec
             yield {"type": "failed", "etype": type(exc).__name__, "message": str(exc),
-                   "stderr_tail": getattr(exc, "stderr_tail", "")}
+                   "stderr_tail": getattr(exc, "stderr_tail", ""), "t": time.time()}
             return
         assert result.out_dir is not None
         environment = json.loads((result.out_dir / ENVIRONMENT_FILE).read_text())
         files = {rel: Path(path).read_bytes() for rel, path in result.artifacts.items()
                  if rel not in OWN_FILES}
         yield {"type": "done", "summary": result.summary, "environment": environment,
-               "files": files}
+               "files": files, "t": time.time()}
     finally:
         if cold:
             pool.shutdown()
@@ -168,9 +195,13 @@ class _Driver:
     """Submits every spec, follows each task's stream in a thread of its own, retries."""
 
     def __init__(self, specs: Sequence[ExperimentSpec], on_record, on_end, on_start,
-                 max_retries: int, cold: bool, timeout: float, cpus_per_run: float):
+                 max_retries: int, cold: bool, timeout: float, cpus_per_run: float,
+                 runs_per_host: int = 1):
         self.outcomes = [Outcome(s, _new_run_id(s, "train")) for s in specs]
-        self.options = [resources(s, cpus_per_run) for s in specs]  # TPU check before any task
+        nodes = ray.nodes()
+        # Checked before any task: a TPU, or the host resource, that no node has fails here.
+        self.options = [resources(s, cpus_per_run, runs_per_host, nodes) for s in specs]
+        self.runs_per_host = runs_per_host
         self.on_record, self.on_end, self.on_start = on_record, on_end, on_start
         self.max_retries, self.cold, self.timeout = max_retries, cold, timeout
         self.root = results_dir()
@@ -185,7 +216,7 @@ class _Driver:
         out = self.outcomes[i]
         while True:
             out.attempts += 1
-            out.records = []
+            out.records, out.started, out.ended = [], None, None
             with self.lock:
                 if self.cancelling:
                     break
@@ -196,10 +227,13 @@ class _Driver:
                 for ref in task:
                     self.handle(out, ray.get(ref))
                 break
-            except ray.exceptions.TaskCancelledError:
-                out.state, out.error = "cancelled", RunCancelled(f"run {out.run_id} was cancelled")
-                break
             except Exception as exc:  # any failure becomes the run's error
+                if out.state != "pending":  # done (saved whole) or failed: the task died after
+                    break  # its last message, while cleaning up; running it again would redo it
+                if isinstance(exc, ray.exceptions.TaskCancelledError):
+                    out.state = "cancelled"
+                    out.error = RunCancelled(f"run {out.run_id} was cancelled")
+                    break
                 if _infrastructure(exc) and out.attempts <= self.max_retries \
                         and not self.cancelling:
                     continue  # the node (or its Ray worker) died: run it again elsewhere
@@ -222,14 +256,18 @@ class _Driver:
     def handle(self, out: Outcome, message: dict[str, Any]) -> None:
         kind = message["type"]
         if kind == "start":
-            out.host, out.node_id = message["host"], message["node_id"]
-            if self.on_start is not None:  # each attempt, on the node it was placed on
-                self.events.put((self.on_start, (out,)))
+            out.host, out.node_id, out.started = message["host"], message["node_id"], message["t"]
+            if self.on_start is not None:  # each attempt, on the node it was placed on; a copy,
+                # as the caller's thread may get to it after a retry changed `out`
+                self.events.put((self.on_start, (dataclasses.replace(out, records=[]),)))
         elif kind == "record":
-            out.records.append(message["data"])
-            if self.on_record is not None:
-                self.events.put((self.on_record, (message["data"], out.spec)))
-        elif kind == "failed":
+            out.records.append(message["data"])  # the saved record: without `attempt`
+            if self.on_record is not None:  # a dead attempt's records were streamed already
+                self.events.put((self.on_record, ({**message["data"], "attempt": out.attempts},
+                                                  out.spec)))
+            return
+        out.ended = message.get("t")
+        if kind == "failed":
             cls = getattr(errors, message["etype"], None)
             if not (isinstance(cls, type) and issubclass(cls, WorkerError)):
                 cls = RunFailed  # e.g. a SpecError: the node could not load the model
@@ -243,7 +281,8 @@ class _Driver:
         partial = self.root / f"{out.run_id}.partial"
         final = self.root / out.run_id
         environment = {**message["environment"], "engine": "ray", "attempts": out.attempts,
-                       "node": {"host": out.host, "node_id": out.node_id}}
+                       "node": {"host": out.host, "node_id": out.node_id},
+                       "runs_per_host": self.runs_per_host}
         for rel, data in message["files"].items():  # the worker's artifacts (HLO, traces...)
             path = partial / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -278,12 +317,13 @@ def run_specs(specs: Sequence[ExperimentSpec],
               on_end: Callable[[Outcome], None] | None = None,
               on_start: Callable[[Outcome], None] | None = None, *, max_retries: int = 1,
               cold: bool = False, timeout: float | None = None, cpus_per_run: float = 1,
-              stop: threading.Event | None = None) -> list[Outcome]:
-    """Run every spec as a Ray task on the connected cluster (see :func:`connect`); return one
-    :class:`Outcome` per spec, in order. Setting `stop` (or interrupting the caller) cancels
-    the tasks still running; runs that completed are kept."""
+              runs_per_host: int = 1, stop: threading.Event | None = None) -> list[Outcome]:
+    """Run every spec as a Ray task on the connected cluster (see :func:`connect`), at most
+    `runs_per_host` at a time on a node; return one :class:`Outcome` per spec, in order.
+    Setting `stop` (or interrupting the caller) cancels the tasks still running; runs that
+    completed are kept."""
     driver = _Driver(specs, on_record, on_end, on_start, max_retries, cold,
-                     timeout or DEFAULT_RUN_TIMEOUT_S, cpus_per_run)
+                     timeout or DEFAULT_RUN_TIMEOUT_S, cpus_per_run, runs_per_host)
     threads = [threading.Thread(target=driver.follow, args=(i,), daemon=True)
                for i in range(len(specs))]
     for thread in threads:

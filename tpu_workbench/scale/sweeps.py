@@ -3,14 +3,17 @@
 >>> specs = grid(ExperimentSpec(model="mlp", mode="torch_eager", steps=3),
 ...              {"batch_size": [8, 16, 32]})                         # validated, all of them
 >>> result = sweep(specs, engine="ray")       # doctest: +SKIP  (an embedded local Ray)
->>> result.runs                               # run_id, state, host, node, attempts, batch_size
+>>> result.runs                      # run_id, state, host, node, attempts, concurrent, batch_size
 >>> result.summary                            # one row per finished run, + batch_size and node
 
 ``engine="local"`` is today's warm worker pool (:func:`~tpu_workbench.runs.experiments.run_many`);
 ``engine="ray"`` runs each spec as a Ray task on the cluster at `address` (None: an embedded
 local Ray) and streams its records back (:mod:`tpu_workbench.scale.ray_engine`). Either way every
 run's folder lands in the driver's results folder, whole or not at all, and ``on_record`` sees
-records as they are produced, so live charts work the same for both.
+records as they are produced (each with the ``attempt`` that made it), so live charts work the
+same for both. Either way at most one run times its steps on a host at a time: the local engine
+runs one spec after another, and ``ray`` gives each node one run at a time unless
+``runs_per_host`` says more (then their step times contend, and the runs table counts it).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import itertools
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +34,11 @@ from ..runs.spec import ExperimentSpec
 from ..runs.store import RunResult
 
 ENGINES = ("local", "ray")
-RUN_COLUMNS = ["run_id", "state", "host", "node", "attempts", "model", "preset", "mode", "error"]
+# Ray counts a resource in 1/10000ths: a run asks for 1/k of its host's, rounded down, so k
+# runs share a host and never k + 1 (for k up to 100).
+MAX_RUNS_PER_HOST = 100
+RUN_COLUMNS = ["run_id", "state", "host", "node", "attempts", "concurrent", "model", "preset",
+               "mode", "error"]
 
 
 def grid(base: ExperimentSpec, axes: dict[str, Sequence[Any]]) -> list[ExperimentSpec]:
@@ -124,6 +132,22 @@ class SweepRun:
     result: RunResult | None = None
     error: WorkbenchError | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
+    started: float | None = None  # time.time() on its host as its (last) attempt began
+    ended: float | None = None  # ... and as its run ended; None if it never did
+
+
+def _concurrent(run: SweepRun, runs: Sequence[SweepRun]) -> int | None:
+    """How many other runs of the sweep ran on `run`'s host (by host name, so two Ray nodes on
+    one machine count too) at some time between its start and end, from the host's clock:
+    runs whose step times contended with its own. None where its end is unknown (its node
+    died, or it was cancelled); such runs are not counted for the others either."""
+    def known(r: SweepRun) -> bool:
+        return r.started is not None and r.ended is not None
+
+    if not known(run):
+        return None
+    return sum(1 for other in runs if other is not run and other.host == run.host
+               and known(other) and other.started < run.ended and other.ended > run.started)
 
 
 @dataclass
@@ -139,11 +163,13 @@ class SweepResult:
 
     @property
     def runs(self):
-        """One row per spec: :data:`RUN_COLUMNS` plus a column per swept field."""
+        """One row per spec: :data:`RUN_COLUMNS` plus a column per swept field; ``concurrent``
+        counts the runs that shared its host while it ran (0 unless ``runs_per_host`` > 1)."""
         import pandas as pd
 
         rows = [{"run_id": r.run_id, "state": r.state, "host": r.host, "node": r.node,
-                 "attempts": r.attempts, "model": r.spec.model, "preset": r.spec.preset,
+                 "attempts": r.attempts, "concurrent": _concurrent(r, self.runs_list),
+                 "model": r.spec.model, "preset": r.spec.preset,
                  "mode": r.spec.mode, "error": "" if r.error is None else str(r.error),
                  **self._columns(r)} for r in self.runs_list]
         return pd.DataFrame(rows, columns=list(dict.fromkeys(RUN_COLUMNS + self.fields)))
@@ -193,20 +219,26 @@ class SweepResult:
 class LiveSteps:
     """An ``on_record`` for :func:`sweep` that keeps the step records streamed so far and calls
     ``show(frame)`` at most every `every_s` seconds (a live chart: ``charts.step_times``
-    colours by ``mode``, which here names the run's point, e.g. ``torch_eager batch_size=8``)."""
+    colours by ``mode``, which here names the run's point, e.g. ``torch_eager batch_size=8``).
+    When a run is retried its dead attempt's rows are dropped: the retry starts at step 0."""
 
     def __init__(self, specs: Sequence[ExperimentSpec], show: Callable[[Any], None] | None = None,
                  every_s: float = 2.0):
         self.fields = [f for f in swept_fields(specs) if f != "mode"]
         self.show, self.every_s = show, every_s
         self.rows: list[dict[str, Any]] = []
+        self._attempt: dict[str, int] = {}  # point -> the newest attempt seen
         self._shown = 0.0
 
     def __call__(self, record: dict[str, Any], spec: ExperimentSpec) -> None:
         if record.get("kind", "step") != "step":
             return
         point = " ".join(f"{f}={_cell(getattr(spec, f))}" for f in self.fields)
-        self.rows.append({**record, "mode": f"{spec.mode} {point}".strip()})
+        mode, attempt = f"{spec.mode} {point}".strip(), record.get("attempt", 1)
+        if attempt > self._attempt.setdefault(mode, attempt):
+            self._attempt[mode] = attempt
+            self.rows = [r for r in self.rows if r["mode"] != mode]
+        self.rows.append({**record, "mode": mode})
         if self.show is not None and time.monotonic() - self._shown >= self.every_s:
             self._shown = time.monotonic()
             self.show(self.frame())
@@ -222,7 +254,8 @@ def sweep(specs: Sequence[ExperimentSpec], engine: str = "local", address: str |
           on_run_start: Callable[[SweepRun], None] | None = None,
           on_run_end: Callable[[SweepRun], None] | None = None, max_retries: int = 1,
           cold: bool = False, timeout: float | None = None, num_cpus: int | None = None,
-          cpus_per_run: float = 1, stop: threading.Event | None = None) -> SweepResult:
+          cpus_per_run: float = 1, runs_per_host: int = 1,
+          stop: threading.Event | None = None) -> SweepResult:
     """Run every spec on `engine` (``local`` or ``ray``) and return a :class:`SweepResult`.
 
     Every spec is validated, the engine and the address checked (an unreachable address fails
@@ -230,9 +263,12 @@ def sweep(specs: Sequence[ExperimentSpec], engine: str = "local", address: str |
     each streamed record, ``on_run_start(run)`` as a run is placed on a node (each attempt),
     ``on_run_end(run)`` as it ends, all in the caller's thread, one at a time. A run that
     fails is kept with its partial records and the others go on. With ``ray``: a run whose node
-    dies is run again elsewhere up to `max_retries` times; `num_cpus` sizes an embedded Ray;
-    each CPU run asks for `cpus_per_run` CPUs, a TPU run for a whole TPU host. Setting `stop`
-    cancels the runs not finished yet; the completed ones are kept.
+    dies is run again elsewhere up to `max_retries` times (each record carries its ``attempt``;
+    only the last attempt's are saved); `num_cpus` sizes an embedded Ray; each CPU run asks for
+    `cpus_per_run` CPUs, a TPU run for a whole TPU host; at most `runs_per_host` runs share a
+    node at a time (default 1: more make their step times contend, and say so with a warning
+    and the runs table's ``concurrent``). Setting `stop` cancels the runs not finished yet; the
+    completed ones are kept.
     """
     if engine not in ENGINES:
         raise SpecError(f"unknown sweep engine {engine!r}; valid: {', '.join(ENGINES)}")
@@ -247,12 +283,22 @@ def sweep(specs: Sequence[ExperimentSpec], engine: str = "local", address: str |
         raise SpecError(f"max_retries must be a whole number >= 0, got {max_retries!r}")
     if engine == "local" and address is not None:
         raise SpecError(f"address={address!r} needs engine='ray'; the local engine runs here")
+    if not (isinstance(runs_per_host, int) and 1 <= runs_per_host <= MAX_RUNS_PER_HOST):
+        raise SpecError(f"runs_per_host must be a whole number from 1 to {MAX_RUNS_PER_HOST}, "
+                        f"got {runs_per_host!r}")
+    if engine == "local" and runs_per_host != 1:
+        raise SpecError(f"runs_per_host={runs_per_host} needs engine='ray'; the local engine "
+                        "runs one spec at a time")
     fields = swept_fields(specs)
     if engine == "local":
         runs = _sweep_local(specs, on_record, on_run_start, on_run_end, cold, timeout, stop)
     else:
+        if runs_per_host > 1:
+            warnings.warn(f"runs_per_host={runs_per_host}: up to {runs_per_host} runs share a "
+                          "host at a time, each with a full thread pool, so their step times "
+                          "contend (the runs table's `concurrent` says which did)", stacklevel=2)
         runs = _sweep_ray(specs, address, on_record, on_run_start, on_run_end, max_retries,
-                          cold, timeout, num_cpus, cpus_per_run, stop)
+                          cold, timeout, num_cpus, cpus_per_run, runs_per_host, stop)
     return SweepResult(runs, fields, engine)
 
 
@@ -261,6 +307,9 @@ def _sweep_local(specs, on_record, on_run_start, on_run_end, cold, timeout,
     from ..runs.experiments import run_many
 
     host, runs = socket.gethostname(), []
+    # No retries here, but the same `attempt` on every record as on Ray.
+    forward = None if on_record is None else \
+        (lambda record, spec: on_record({**record, "attempt": 1}, spec))
     for spec in specs:
         if stop is not None and stop.is_set():
             error = RunCancelled("the sweep was stopped before this run started")
@@ -268,7 +317,8 @@ def _sweep_local(specs, on_record, on_run_start, on_run_end, cold, timeout,
             continue
         if on_run_start is not None:
             on_run_start(SweepRun(spec, "", "running", host, "local"))
-        comparison = run_many([spec], cold=cold, timeout=timeout, on_record=on_record)
+        started = time.time()  # one run at a time: never two on this host's CPUs
+        comparison = run_many([spec], cold=cold, timeout=timeout, on_record=forward)
         if comparison.results:
             result = comparison.results[0]
             run = SweepRun(spec, result.run_id, "done", host, "local", result=result)
@@ -278,6 +328,7 @@ def _sweep_local(specs, on_record, on_run_start, on_run_end, cold, timeout,
                      "WorkerCrashed": "crashed"}.get(type(error).__name__, "failed")
             run = SweepRun(spec, getattr(error, "run_id", ""), state, host, "local", error=error,
                            records=list(getattr(error, "records", [])))
+        run.started, run.ended = started, time.time()
         runs.append(run)
         if on_run_end is not None:
             on_run_end(run)
@@ -285,14 +336,14 @@ def _sweep_local(specs, on_record, on_run_start, on_run_end, cold, timeout,
 
 
 def _sweep_ray(specs, address, on_record, on_run_start, on_run_end, max_retries, cold, timeout,
-               num_cpus, cpus_per_run, stop) -> list[SweepRun]:
+               num_cpus, cpus_per_run, runs_per_host, stop) -> list[SweepRun]:
     from . import ray_engine  # imports ray: only a Ray sweep pays for it
 
     ray_engine.connect(address, num_cpus)
 
     def convert(out) -> SweepRun:
         return SweepRun(out.spec, out.run_id, out.state, out.host, out.node_id, out.attempts,
-                        out.result, out.error, out.records)
+                        out.result, out.error, out.records, out.started, out.ended)
 
     def ended(out) -> None:
         if on_run_end is not None:
@@ -304,5 +355,5 @@ def _sweep_ray(specs, address, on_record, on_run_start, on_run_end, max_retries,
 
     outcomes = ray_engine.run_specs(specs, on_record, ended, started, max_retries=max_retries,
                                     cold=cold, timeout=timeout, cpus_per_run=cpus_per_run,
-                                    stop=stop)
+                                    runs_per_host=runs_per_host, stop=stop)
     return [convert(out) for out in outcomes]
