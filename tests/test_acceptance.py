@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import ROOT
 
+import tpu_workbench as wb
 from tpu_workbench import cli
 from tpu_workbench.acceptance import checks as acc
 from tpu_workbench.acceptance import judge
@@ -230,6 +231,96 @@ def test_chip_metrics_sampling_is_throttled_and_absent_without_the_sdk():
     off = ChipMonitor()
     assert not off.available and off.sample(0, force=True) is None
     assert off.summary()["reason"] == reason and off.summary()["samples"] == 0
+
+
+class HostSDK:
+    """A v6e-8 host's SDK: one value per chip, every chip of the host, with its index."""
+
+    def __init__(self, busy: dict[int, float], chips: int = 8):
+        self.values = [busy.get(i, 0.0) for i in range(chips)]
+
+    def get_metric(self, name):
+        scale = {"hbm_capacity_usage": 1e9, "hbm_capacity_total": 32e9}.get(name, 1.0)
+        data = [f"{i}: {v * scale if name != 'hbm_capacity_total' else scale}"
+                for i, v in enumerate(self.values)]
+        return SimpleNamespace(data=lambda: data, description=name)
+
+
+def test_chip_metrics_are_the_runs_own_chips_not_the_hosts_mean():
+    """One busy chip (2) among eight idle ones: the run on chip 2 reads its 90 %, not the
+    host's 11.25 %, and the record names the chip; a run over chips 2 and 3 reads their mean;
+    values without an index are taken in chip order."""
+    from tpu_workbench.worker.monitoring import ChipMonitor
+
+    sample = ChipMonitor(sdk=HostSDK({2: 90.0}), chips=[2]).sample(0, force=True)
+    assert sample["chips"] == [2]
+    assert sample["duty_cycle_pct"] == 90.0 and sample["duty_cycle_pct_per_chip"] == [90.0]
+    assert sample["hbm_used_bytes"] == 90e9 and sample["hbm_total_bytes"] == 32e9
+    pair = ChipMonitor(sdk=HostSDK({2: 90.0, 3: 50.0}), chips=[2, 3]).sample(0, force=True)
+    assert pair["duty_cycle_pct"] == 70.0 and pair["duty_cycle_pct_per_chip"] == [90.0, 50.0]
+
+    class Plain(FakeSDK):
+        DATA = {"duty_cycle_pct": ["5.0", "60.0", "5.0"]}
+
+    monitor = ChipMonitor(sdk=Plain(), chips=[1])
+    assert monitor.sample(0, force=True)["duty_cycle_pct"] == 60.0
+    assert monitor.summary()["chips"] == [1]
+    missing = ChipMonitor(sdk=Plain(), chips=[5]).sample(0, force=True)
+    assert "duty_cycle_pct" not in missing and missing["chips"] == [5]
+
+
+def test_a_one_device_run_samples_its_own_chip(monkeypatch):
+    """The worker's train() with libtpu's SDK faked (a v6e-8 whose chip 0 is busy and the other
+    seven idle): the run's one device is chip 0, so its records read chip 0's 80 %, not the
+    host's mean of 10 %, and say so, as the run's summary does."""
+    import sys
+
+    from tpu_workbench.runs.spec import ExperimentSpec
+    from tpu_workbench.worker import monitoring
+    from tpu_workbench.worker.pytorch import TorchBackend
+    from tpu_workbench.worker.train import train
+
+    monkeypatch.setattr(monitoring, "unavailable_reason", lambda: "")
+    monkeypatch.setitem(sys.modules, monitoring.SDK_MODULE, HostSDK({0: 80.0}))
+    ctx = FakeContext()
+    ctx.out_dir = None
+    spec = ExperimentSpec(model="mlp", mode="torch_eager", steps=2)
+    summary = train(ctx, spec.to_dict(), TorchBackend())
+    samples = [r for r in ctx.records if r["kind"] == "tpu_metrics"]
+    assert samples and all(r["duty_cycle_pct"] == 80.0 for r in samples)
+    assert all(r["chips"] == [0] for r in samples)
+    assert summary["chip_metrics"]["chips"] == [0] and summary["chip_metrics"]["available"]
+    # the chart's tooltip and the notebook's line say which chips were read
+    import pandas as pd
+
+    from tpu_workbench import notebook as nb
+    from tpu_workbench.charts.chips import chip_metrics
+
+    chart = chip_metrics(pd.DataFrame([{**r, "mode": "torch_eager"} for r in samples]))
+    rows = [row for data in chart.to_dict()["datasets"].values() for row in data]
+    assert rows and {row["chips"] for row in rows} == {"0"}
+    run = SimpleNamespace(spec=spec, summary=summary, records=ctx.records)
+    assert "of the runs' chips (0)" in nb.chip_metrics_view(SimpleNamespace(results=[run])).text
+
+
+def test_a_runs_chips_are_its_device_or_every_device_of_its_mesh(tmp_path):
+    """torch_xla (XLA:CPU, 8 devices) in a worker: a run without a mesh steps on device 0; an
+    SPMD run on a 2x4 mesh on all 8 (torch_xla's mesh spans every device). Said in the summary
+    whether or not the chips could be sampled."""
+    from tpu_workbench.environment import backends
+    from tpu_workbench.runs.workers import WorkerPool
+
+    if not backends.have_torch_xla():
+        pytest.skip("needs torch_xla")
+    one = wb.ExperimentSpec(model="mlp", mode="lazy", steps=1)
+    pool = WorkerPool(max_workers=1)
+    try:
+        single = wb.run(one, pool=pool, out_dir=tmp_path)
+        meshed = wb.run(one.replace(mesh=(2, 4), strategy="dp"), pool=pool, out_dir=tmp_path)
+    finally:
+        pool.shutdown()
+    assert single.summary["chip_metrics"]["chips"] == [0]
+    assert meshed.summary["chip_metrics"]["chips"] == list(range(8))
 
 
 def test_chip_metrics_chart_and_the_notebook_view():

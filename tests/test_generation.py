@@ -254,3 +254,59 @@ def test_mingpt_kv_cache_gives_the_full_forwards_logits(length):
         steps += [model(seq[:, t:t + 1], cache, torch.tensor([t])) for t in range(5, 9)]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
     assert cache[0].k.shape[2] == (length or 9)
+
+
+# -- the model's dtype: a bf16 Transformers model gets a bf16 static cache -------------------------
+class _Context:
+    def __init__(self):
+        self.records, self.out_dir = [], None
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def check_cancel(self):
+        pass
+
+
+def test_a_bf16_models_static_cache_is_bf16_at_half_the_bytes():
+    """hf:llama tiny built with ``options={"dtype": "bfloat16"}`` (a field of Transformers'
+    config, which ``from_config`` builds the weights in): the StaticCache the worker's HFLM makes
+    holds bf16 keys and values, and its bytes are the hand count at 2 bytes a value, half of the
+    float32 model's."""
+    import torch
+
+    from tpu_workbench import models
+    from tpu_workbench.worker.generate import HFLM
+
+    family = models.get_model("hf:llama")
+    batch, length = 2, 16
+    # 2 layers x (K, V) x batch x 4 KV heads x length x head_dim 16 (hidden 128 / 8 heads)
+    values = 2 * 2 * batch * 4 * length * 16
+    for dtype, size in ((torch.bfloat16, 2), (torch.float32, 4)):
+        cfg = family.config("tiny", dtype=str(dtype).removeprefix("torch."))
+        lm = HFLM(family.build(cfg), cfg, torch.device("cpu"))
+        cache = lm.new_cache(length, batch)
+        assert {t.dtype for layer in cache.layers for t in (layer.keys, layer.values)} == {dtype}
+        assert lm.cache_bytes(cache) == values * size
+
+
+def test_a_bf16_model_decodes_with_its_static_cache_as_without_one():
+    """The worker's generate() in plain PyTorch, bf16 hf:llama: the static cache's greedy tokens
+    equal naive decoding's (the whole sequence each token, no cache); its records report the
+    bf16 cache's bytes (a float32 cache could not even take bf16 keys: index_copy_ refuses)."""
+    from tpu_workbench.worker.generate import generate
+    from tpu_workbench.worker.pytorch import TorchBackend
+
+    base = with_positions(GenerationSpec(model="hf:llama", new_tokens=4))
+    options = {**base.options, "dtype": "bfloat16"}
+    tokens, cache_bytes = {}, {}
+    for decode in ("naive", "static_cache"):
+        spec = GenerationSpec(model="hf:llama", mode="torch_eager", decode=decode, new_tokens=4,
+                              options=options)
+        ctx = _Context()
+        tokens[decode] = generate(ctx, spec.to_dict(), TorchBackend())["tokens"]
+        cache_bytes[decode] = {r["cache_bytes"] for r in ctx.records if r["kind"] == "token"}
+    assert tokens["static_cache"] == tokens["naive"]
+    # layers x (K, V) x batch 1 x KV heads x (prompt 5 + 4 new tokens) x head_dim x 2 bytes
+    assert cache_bytes["static_cache"] == {2 * 2 * 1 * 4 * 9 * 16 * 2}
+    assert cache_bytes["naive"] == {0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +177,52 @@ def test_a_derived_frame_comes_back_with_its_columns_and_dtypes(stored, tmp_path
     assert len(calls) == 1  # the second call read the kept file
     for got in (first, again):
         pd.testing.assert_frame_equal(got, frame)
+
+
+def test_placement_rules_and_kernels_are_part_of_the_measuring_source(tmp_path, monkeypatch):
+    """A copy of the workbench and its kernels: editing sharding/ (the placement rules the
+    worker lays a mesh out with) or kernels/ (minGPT's Pallas attention) changes the
+    fingerprint, so stored runs are measured again; editing a chart does not."""
+    import tpu_workbench
+
+    package = tmp_path / "tpu_workbench"
+    kernels = tmp_path / "kernels"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(Path(tpu_workbench.__file__).parent, package, ignore=ignore)
+    shutil.copytree(Path(__file__).resolve().parents[1] / "kernels", kernels, ignore=ignore)
+    monkeypatch.setattr(store, "PACKAGE", package)
+    monkeypatch.setattr(store, "kernels_package", lambda: kernels)
+    config = wb.runtime_config(SPEC)
+
+    def source() -> str:
+        store._source_hash.cache_clear()
+        return wb.fingerprint(config)["workbench_source"]
+
+    try:
+        before = source()
+        for edited, changes in ((package / "charts" / "chips.py", False),
+                                (package / "sharding" / "strategies.py", True),
+                                (kernels / "flash_attention.py", True)):
+            edited.write_text(edited.read_text() + "\n# an edit\n")
+            after = source()
+            assert (after != before) is changes, edited
+            before = after
+    finally:
+        store._source_hash.cache_clear()  # the real tree's hash for the tests that follow
+
+
+def test_the_kernels_hashed_are_this_projects_not_a_namesake(tmp_path, monkeypatch):
+    """``kernels`` is also the name of a Hugging Face package: only this project's (the Pallas
+    kernels minGPT imports through kernels.torch_bridge) is hashed, found beside tpu_workbench/
+    when the import system finds another."""
+    import importlib.machinery
+    import importlib.util
+
+    repo = Path(__file__).resolve().parents[1]
+    assert store.kernels_package() == repo / "kernels"
+    other = tmp_path / "kernels"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    namesake = importlib.machinery.ModuleSpec("kernels", None, origin=str(other / "__init__.py"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: namesake)
+    assert store.kernels_package() == repo / "kernels"

@@ -151,3 +151,39 @@ def test_dtensor_layout_is_validated_before_any_process_starts():
 
     with pytest.raises(wb.SpecError, match="2-D mesh"):
         ds.layout("mingpt", "tiny", (4,), "tp", device="cpu")
+
+
+class _Joined(Exception):
+    """Raised by the fake process group: the rank got as far as joining it."""
+
+
+def test_a_gang_rank_gives_torchtpu_the_processes_on_its_own_host(monkeypatch, tmp_path):
+    """A v6e-16 launch plan starts ``torchrun --nnodes 4 --nproc_per_node 4``: each rank sees
+    WORLD_SIZE=16 and LOCAL_WORLD_SIZE=4, and ``set_tpu_launch_env(nproc_per_node=)`` takes the
+    processes per host, as torchrun's flag of the same name does: 4, not 16."""
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed as dist
+
+    from tpu_workbench.worker import gang
+
+    calls = []
+    fake = SimpleNamespace(set_tpu_launch_env=lambda **kw: calls.append(kw))
+    monkeypatch.setattr(torch, "tpu", SimpleNamespace(distributed=fake), raising=False)
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: (_ for _ in ()).throw(
+        _Joined()))
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    job = {"spec": wb.ExperimentSpec(model="mlp", mode="torch_eager").to_dict(),
+           "device": "tpu", "out": str(tmp_path)}
+    with pytest.raises(_Joined):
+        gang._train(job, 5, 16, None)
+    assert calls == [{"nproc_per_node": 4}]
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    with pytest.raises(RuntimeError, match="LOCAL_WORLD_SIZE is not set"):
+        gang._train(job, 5, 16, None)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "four")
+    with pytest.raises(RuntimeError, match="LOCAL_WORLD_SIZE='four'"):
+        gang._train(job, 5, 16, None)

@@ -188,6 +188,84 @@ def test_editing_the_model_file_makes_a_stored_run_not_reusable(tmp_path):
     assert wb.reusable(spec, out_dir=tmp_path / "results") is None
 
 
+# A user file that takes its width from a module beside it, imported as a top-level module (its
+# folder on sys.path), and the helper it reads.
+WITH_HELPER = """
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+import {helper}
+
+
+def make():
+    return SimpleNamespace(
+        build=lambda: torch.nn.Linear(4, {helper}.WIDTH),
+        make_batch=lambda n, g: {{"x": torch.randn(n, 4, generator=g),
+                                  "y": torch.zeros(n, dtype=torch.long)}},
+        loss=lambda model, batch: F.cross_entropy(model(batch["x"]), batch["y"]),
+        name=f"width{{{helper}.WIDTH}}")
+"""
+
+
+def test_editing_a_module_the_model_file_imports_measures_again(tmp_path, monkeypatch):
+    """mine.py imports a helper beside it: editing the helper changes the fingerprint's
+    model_source (a stored run is not reused) and is what the next load runs; editing another
+    file of the folder changes neither."""
+    helper = f"wb_helper_{uuid.uuid4().hex[:8]}"  # a name no other test's sys.modules holds
+    (tmp_path / f"{helper}.py").write_text("WIDTH = 2\n")
+    (tmp_path / "unrelated.py").write_text("X = 1\n")
+    path = tmp_path / "mine.py"
+    path.write_text(WITH_HELPER.format(helper=helper))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = wb.ExperimentSpec(model=f"{path}:make", preset="default", mode="torch_eager",
+                             steps=2)
+    config = wb.runtime_config(spec)
+    fp = wb.fingerprint(config, spec)
+    assert load_family(spec.model).name == "width2"
+    _store_run(tmp_path / "results", spec, fp)
+
+    (tmp_path / "unrelated.py").write_text("X = 2\n")
+    assert wb.fingerprint(config, spec) == fp
+    # another size too: Python checks a .pyc by the source's size and mtime in whole seconds
+    (tmp_path / f"{helper}.py").write_text("WIDTH = 16\n")
+    assert wb.fingerprint(config, spec)["model_source"]["sha256"] != fp["model_source"]["sha256"]
+    assert wb.reusable(spec, out_dir=tmp_path / "results") is None
+    assert load_family(spec.model).name == "width16"  # this process imported width 2 before
+
+
+def test_a_packages_relative_imports_are_followed_statically_cycles_and_all(tmp_path):
+    """A model inside a package: ``from . import``, ``from .sub.deep import``, ``import pkg.x``
+    and an import cycle are followed to files of the package, without importing any of them
+    (each raises if run); a file nothing imports, and one outside the package, are not."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    boom = "raise RuntimeError('imported')\n"
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/model.py": "import os\nfrom . import layers\n" + boom,
+        "pkg/layers.py": "from .model import make\nfrom .sub.deep import g\n" + boom,
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/deep.py": "import pkg.util\n" + boom,
+        "pkg/util.py": boom,
+        "pkg/other.py": boom,
+        "outside.py": boom,
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    ref = f"{package / 'model.py'}:make"
+    before = source_digest(ref)
+    assert before["file"] == str(package / "model.py")
+    for name, hashed in (("pkg/other.py", False), ("outside.py", False),
+                         ("pkg/util.py", True), ("pkg/sub/deep.py", True),
+                         ("pkg/sub/__init__.py", True), ("pkg/layers.py", True)):
+        (tmp_path / name).write_text(files[name] + "# an edit\n")
+        after = source_digest(ref)
+        assert (after["sha256"] != before["sha256"]) is hashed, name
+        before = after
+
+
 # -- through the spec and the runner (models.get_model hands refs to load_family) -----------
 def test_the_spec_validates_a_user_ref_and_shows_the_users_traceback(at_root):
     spec = wb.ExperimentSpec(model=TINY, preset="default", mode="torch_eager", steps=3)

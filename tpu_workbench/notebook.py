@@ -205,8 +205,10 @@ def chip_metrics_view(comparison=None):
     results = list(getattr(comparison, "results", None) or [])
     rows = chip_samples(results)
     if rows:
-        return mo.md(f"**Live chip metrics** (libtpu's monitoring SDK): {len(rows)} sample(s), "
-                     "drawn beside the step-time chart above as they streamed.")
+        used = sorted({", ".join(map(str, r["chips"])) for r in rows if r.get("chips")})
+        of = f" of the runs' chips ({'; '.join(used)})" if used else ""
+        return mo.md(f"**Live chip metrics** (libtpu's monitoring SDK): {len(rows)} sample(s)"
+                     f"{of}, drawn beside the step-time chart above as they streamed.")
     said = [(res.summary.get("chip_metrics") or {}).get("reason") for res in results]
     reason = next((r for r in said if r), None) or unavailable_reason() or (
         "the runs shown were measured before the workbench sampled chip metrics")

@@ -25,8 +25,10 @@ a ``kind``:
 ``info``        ``n_params``, ``batch_size``, ``device``
 ``tpu_metrics`` a TPU only: libtpu's monitoring SDK sampled between steps
                 (:mod:`tpu_workbench.worker.monitoring`): ``step``, ``t_s`` (since the steps
-                began), ``duty_cycle_pct``, ``tensorcore_util_pct``, ``hbm_used_bytes``,
-                ``hbm_total_bytes`` (means over the host's chips; ``<column>_per_chip`` lists)
+                began), ``chips`` (the host's chips the run uses, by device index: its one
+                device, or every device of its mesh), ``duty_cycle_pct``,
+                ``tensorcore_util_pct``, ``hbm_used_bytes``, ``hbm_total_bytes`` (means over
+                those chips; ``<column>_per_chip`` lists them in ``chips`` order)
 ``token``       a ``generate`` run's generated token (:mod:`tpu_workbench.worker.generate`):
                 ``strategy``, ``request``, ``prompt_len``, ``token`` (0: from the prefill),
                 ``phase`` (prefill / decode), ``seq_len`` (tokens fed in), ``cache_len``,

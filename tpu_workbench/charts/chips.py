@@ -12,21 +12,26 @@ UTILISATION = {"duty_cycle_pct": "duty cycle", "tensorcore_util_pct": "TensorCor
 
 def chip_metrics(samples: pd.DataFrame) -> alt.VConcatChart:
     """Duty cycle and TensorCore utilisation (%) over steps, one panel each, and HBM in use
-    (GB) below; one colour per mode. Columns: ``step``, ``mode`` and any of
-    ``duty_cycle_pct``, ``tensorcore_util_pct``, ``hbm_used_bytes`` (``tpu_metrics`` records)."""
+    (GB) below; one colour per mode. Columns: ``step``, ``mode`` and any of ``chips`` (the
+    run's chips, in the tooltip), ``duty_cycle_pct``, ``tensorcore_util_pct``,
+    ``hbm_used_bytes`` (``tpu_metrics`` records)."""
     require_columns(samples, ["step", "mode"], "chip_metrics")
+    chips = samples["chips"] if "chips" in samples.columns else pd.Series(None, samples.index)
+    samples = samples.assign(chips=chips.map(
+        lambda c: ", ".join(map(str, c)) if isinstance(c, list | tuple) else "all"))
     pct = [c for c in UTILISATION if c in samples.columns]
-    long = samples.melt(id_vars=["step", "mode"], value_vars=pct, var_name="metric",
+    long = samples.melt(id_vars=["step", "mode", "chips"], value_vars=pct, var_name="metric",
                         value_name="percent").dropna()
     long["metric"] = long["metric"].map(UTILISATION)
     x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d"))
     util = (alt.Chart(long).mark_line(point=True)
             .encode(x=x, y=alt.Y("percent:Q", title="%", scale=alt.Scale(domain=[0, 100])),
                     color=alt.Color("mode:N", scale=alt.Scale(scheme="tableau10")),
-                    tooltip=["mode", "step", "metric", alt.Tooltip("percent:Q", format=".1f")])
+                    tooltip=["mode", "chips", "step", "metric",
+                             alt.Tooltip("percent:Q", format=".1f")])
             .properties(width=250, height=160)
             .facet(column=alt.Column("metric:N", title="chip utilisation (libtpu monitoring "
-                                     "SDK), mean over the host's chips")))
+                                     "SDK), mean over the chips each run uses")))
     if "hbm_used_bytes" not in samples.columns:
         return alt.vconcat(util)
     hbm = samples.dropna(subset=["hbm_used_bytes"]).assign(
@@ -34,6 +39,8 @@ def chip_metrics(samples: pd.DataFrame) -> alt.VConcatChart:
     memory = (alt.Chart(hbm).mark_line(point=True)
               .encode(x=x, y=alt.Y("hbm_gb:Q", title="HBM in use (GB)"),
                       color=alt.Color("mode:N", scale=alt.Scale(scheme="tableau10")),
-                      tooltip=["mode", "step", alt.Tooltip("hbm_gb:Q", format=".2f")])
-              .properties(title="HBM in use, mean per chip", width=520, height=140))
+                      tooltip=["mode", "chips", "step",
+                               alt.Tooltip("hbm_gb:Q", format=".2f")])
+              .properties(title="HBM in use, mean per chip of the run", width=520,
+                          height=140))
     return alt.vconcat(util, memory)

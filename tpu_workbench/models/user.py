@@ -46,12 +46,15 @@ The file is imported in the process that validates the spec (the notebook's kern
 in the worker (the kernel also calls ``build`` on the meta device to plan a layout), so keep it
 free of ``torch_xla``: only a worker may import it, as it claims the TPU.
 
-A file is imported under a name made from its absolute path (``tpu_workbench_user_<hash>``) and
-imported again only when its content changes, so an edited file is picked up by the next run
-(also in a warm worker) and an unchanged one is not executed again; a module ref is reloaded
-when its file changes. :func:`source_digest` is the content hash a run's identity includes
-(:func:`tpu_workbench.runs.store.fingerprint`): editing the file measures again. Only that one file
-is hashed, not what it imports.
+A file's sources are the file and the local modules it imports (:func:`local_sources`: the files
+of its own folder or package its import statements reach, read statically). A file is imported
+under a name made from its absolute path (``tpu_workbench_user_<hash>``) and imported again only
+when its sources' content changes (the changed local modules with it), so an edit is picked up
+by the next run (also in a warm worker) and unchanged code is not executed again; a module ref
+is imported afresh when its sources change. :func:`source_digest` is their content hash, which a
+run's identity includes (:func:`tpu_workbench.runs.store.fingerprint`): editing the file or a
+module beside it that it imports measures again. Imports by name in a string
+(``importlib.import_module("helper")``) are not seen.
 
 Every failure is a :class:`SpecError` naming the ref, the file and what was expected; an exception
 raised while importing the file or calling ``make`` carries the user's traceback in its message,
@@ -60,6 +63,7 @@ so a notebook shows it and its kernel stays alive.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import hashlib
@@ -143,15 +147,95 @@ def source_file(ref: str) -> Path | None:
     return Path(spec.origin).resolve()
 
 
-def source_digest(ref: str) -> dict[str, str] | None:
-    """``{"file", "sha256"}`` of the file behind a user's ref (sha256 ``"missing"`` when it
-    cannot be found); None for a name that is not a user's ref."""
+def source_digest(ref: str) -> dict[str, Any] | None:
+    """``{"file", "sha256", "imports"}`` of the file behind a user's ref: sha256 over its content
+    and that of the local modules it imports (:func:`local_sources`, listed in ``imports``);
+    sha256 ``"missing"`` when the file cannot be found; None for a name that is not a user's
+    ref."""
     if not is_user_ref(ref):
         return None
     path = source_file(ref)
     if path is None:
-        return {"file": "", "sha256": "missing"}
-    return {"file": str(path), "sha256": _digest(path.read_bytes())}
+        return {"file": "", "sha256": "missing", "imports": []}
+    sources = local_sources(path)
+    return {"file": str(path), "sha256": _sources_digest(sources),
+            "imports": [str(p) for p in sources[1:]]}
+
+
+def local_sources(path: Path) -> list[Path]:
+    """`path`, then the files of its own folder (its package, where it is in one: every folder up
+    to the last with an ``__init__.py``) that it imports, directly or through one another, and
+    the ``__init__.py`` of each package on the way. Found by reading their ``import x``, ``from
+    x import y`` (``y`` may be a module) and relative imports with :mod:`ast`: nothing is
+    imported, and an import cycle is followed once."""
+    path = path.resolve()
+    scope = path.parent
+    while (scope / "__init__.py").is_file() and (scope.parent / "__init__.py").is_file():
+        scope = scope.parent
+    if scope.name in ("site-packages", "dist-packages"):  # an installed top-level module: the
+        return [path]  # modules beside it are other distributions, not its own
+    # absolute imports resolve against the folder holding the top package (or the file's folder)
+    base = scope.parent if (scope / "__init__.py").is_file() else scope
+    found = {path}
+    todo = [path]
+    while todo:
+        for target in _imported_files(todo.pop(), base):
+            if target not in found and target.is_relative_to(scope):
+                found.add(target)
+                todo.append(target)
+    return [path, *sorted(found - {path})]
+
+
+def _imported_files(path: Path, base: Path) -> list[Path]:
+    """The files under `base` that `path`'s import statements (anywhere in it) may run."""
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (SyntaxError, ValueError, OSError):  # loading it says what is wrong
+        return []
+    out = [p / "__init__.py" for p in path.parents if p.is_relative_to(base) and p != base]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                out += _module_files(base, alias.name.split("."))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level > len(path.parents):  # above the file system's root: no file
+                continue
+            start = base if not node.level else path.parents[node.level - 1]
+            parts = node.module.split(".") if node.module else []
+            out += _module_files(start, parts)
+            for alias in node.names:  # `from pkg import mod` imports a module too
+                if alias.name != "*":
+                    out += _module_files(start, [*parts, alias.name])
+    return [p.resolve() for p in out if p.is_file()]
+
+
+def _module_files(start: Path, parts: list[str]) -> list[Path]:
+    """What importing the dotted `parts` from folder `start` runs: each package's
+    ``__init__.py`` on the way, then the module's file (existing ones only)."""
+    out = [start.joinpath(*parts[:i], "__init__.py") for i in range(1, len(parts) + 1)]
+    if parts:
+        out.append(start.joinpath(*parts).with_suffix(".py"))
+    return [p for p in out if p.is_file()]
+
+
+def _sources_digest(sources: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _forget(sources: list[Path]) -> None:
+    """Drop the modules loaded from `sources` (and their parents' attributes naming them), so
+    the next import runs the files as they are now."""
+    files = {str(p) for p in sources}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and str(Path(file).resolve()) in files:
+            del sys.modules[name]
+            parent, _, child = name.rpartition(".")
+            if parent and getattr(sys.modules.get(parent), child, None) is module:
+                delattr(sys.modules[parent], child)
 
 
 # -- finding and importing the code ---------------------------------------------------------
@@ -172,10 +256,6 @@ def _resolve(where: str) -> Path:
     return Path(where).expanduser().resolve()  # relative: against the current directory
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
 def _load_file(ref: str, path: Path) -> types.ModuleType:
     if not path.is_file():
         why = "is a folder" if path.is_dir() else "does not exist"
@@ -185,11 +265,14 @@ def _load_file(ref: str, path: Path) -> types.ModuleType:
     if path.suffix != ".py":
         raise SpecError(f"model {ref!r}: {path} is not a .py file")
     source = path.read_bytes()
-    digest = _digest(source)
+    sources = local_sources(path)
+    digest = _sources_digest(sources)
     key = str(path)
     cached = _FILES.get(key)
     if cached is not None and cached[0] == digest:
         return cached[1]
+    if cached is not None:  # the file or a module it imports changed: run them as they are now
+        _forget(sources[1:])
     name = _MODULE_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None  # a .py file always has a loader
@@ -224,10 +307,12 @@ def _load_module(ref: str, name: str) -> types.ModuleType:
         raise _import_error(ref, name, exc) from exc
     file = getattr(module, "__file__", None)
     if file and Path(file).is_file():
-        digest = _digest(Path(file).read_bytes())
-        if _MODULES.setdefault(name, digest) != digest:  # edited since it was imported
+        sources = local_sources(Path(file))
+        digest = _sources_digest(sources)
+        if _MODULES.setdefault(name, digest) != digest:  # it or its imports edited since
+            _forget(sources)  # its packages too: a fresh import, where reload keeps old parts
             try:
-                module = importlib.reload(module)
+                module = importlib.import_module(name)
             except Exception as exc:
                 raise _import_error(ref, name, exc) from exc
             _MODULES[name] = digest

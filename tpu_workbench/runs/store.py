@@ -5,9 +5,10 @@ The runner's results folders are the store (there is no second cache): a complet
 ``environment.json``, which says where and when it was measured. A run may be reused only for
 the same spec *and* the same environment :func:`fingerprint`: the package versions of the
 worker's interpreter, the device kind and count, the XLA flags, the host CPU and a hash of the
-workbench's measuring source (:data:`MEASURING_SOURCE`: a changed training loop measures
-again) and, for a user's own model (``model="my_model.py:make"``), a hash of that file's
-content (``model_source``: an edited model measures again). A failed, cancelled or
+workbench's measuring source (:data:`MEASURING_SOURCE` and this project's Pallas kernels: a
+changed training loop, placement rule or kernel measures again) and, for a user's own model
+(``model="my_model.py:make"``), a hash of that file's content and of the local modules it
+imports (``model_source``: an edited model or helper measures again). A failed, cancelled or
 half-written run (``-failed``, ``.partial``) never is.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -45,8 +47,9 @@ def fingerprint(config: RuntimeConfig, spec: ExperimentSpec | None = None) -> di
     """What a run's figures depend on besides its spec, known before any worker starts.
 
     With the `spec`, a user's own model (``file.py:make``, ``package.module:make``) adds
-    ``model_source``, its file and a hash of its content: the spec holds only the ref, and an
-    edited file is another model. The workbench's own families are covered by the source hash.
+    ``model_source``, its file, the local modules it imports and a hash of their content: the
+    spec holds only the ref, and an edited file (or helper) is another model. The workbench's
+    own families are covered by the source hash.
     """
     python = config.runtime.python()
     env = {**os.environ, **config.env()}
@@ -212,20 +215,41 @@ def _device(config: RuntimeConfig) -> dict[str, Any]:
     return {"kind": config.device, "count": count}
 
 
-# The workbench's source that decides what a run measures (not the charts or notebook helpers).
-MEASURING_SOURCE = ("worker", "models", "runs/spec.py", "generation/spec.py",
+# The workbench's source that decides what a run measures (not the charts or notebook helpers):
+# the worker, the models, the placement rules the worker lays a mesh out with (sharding/), the
+# specs; and this project's Pallas kernels (:func:`kernels_package`).
+PACKAGE = Path(__file__).resolve().parents[1]  # tpu_workbench/
+MEASURING_SOURCE = ("worker", "models", "sharding", "runs/spec.py", "generation/spec.py",
                     "generation/analysis.py")
+# Files only this project's top-level ``kernels`` has (``kernels`` is also a Hugging Face
+# package's name): minGPT's attention="pallas" imports kernels.torch_bridge.
+KERNELS_MARKERS = ("torch_bridge.py", "flash_attention.py")
+
+
+def kernels_package() -> Path | None:
+    """The folder of this project's ``kernels`` package (the Pallas kernels beside
+    tpu_workbench/): the one the import system finds, if it is this project's, else the one
+    beside :data:`PACKAGE`; None where neither is (nothing of it to hash)."""
+    candidates = []
+    with contextlib.suppress(ImportError, ValueError):  # finding it imports nothing
+        spec = importlib.util.find_spec("kernels")
+        if spec is not None and spec.origin:
+            candidates.append(Path(spec.origin).resolve().parent)
+    candidates.append(PACKAGE.parent / "kernels")
+    return next((c for c in candidates if all((c / m).is_file() for m in KERNELS_MARKERS)),
+                None)
 
 
 @functools.cache
 def _source_hash() -> str:
+    kernels = kernels_package()
+    roots = [(PACKAGE / part, PACKAGE) for part in MEASURING_SOURCE]
+    roots += [(kernels, kernels.parent)] if kernels is not None else []
     digest = hashlib.sha256()
-    package = Path(__file__).resolve().parents[1]  # tpu_workbench/
-    paths = [p for part in MEASURING_SOURCE for p in (
-        sorted((package / part).rglob("*.py")) if (package / part).is_dir() else [package / part])]
-    for path in paths:
-        digest.update(path.relative_to(package).as_posix().encode())
-        digest.update(path.read_bytes())
+    for root, base in roots:
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            digest.update(path.relative_to(base).as_posix().encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -152,6 +152,7 @@ def _rank_main(job_file: str, rank: int) -> None:
     from .. import models
     from ..environment import torchtpu
     from ..runs.spec import ExperimentSpec
+    from ..worker.gang import processes_on_this_host
 
     job = json.loads(Path(job_file).read_text())
     spec = ExperimentSpec.from_dict(job["spec"])
@@ -159,7 +160,7 @@ def _rank_main(job_file: str, rank: int) -> None:
     world = int(os.environ["WORLD_SIZE"])
     mesh_shape = tuple(spec.mesh)
     if device_type == "tpu":  # TorchTPU: its launch environment, then its process group
-        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=world)
+        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=processes_on_this_host())
         backend = torchtpu.DIST_BACKEND
     else:
         backend = "gloo"

@@ -266,6 +266,11 @@ class Backend:
         """A batch on the device (under SPMD also laid out over the mesh)."""
         return {k: v.to(self.device) for k, v in batch.items()}
 
+    def chips(self) -> list[int]:
+        """The host's devices the run's steps use, by index (the chips whose metrics the run
+        reports): its one device."""
+        return [self.device.index or 0]
+
     def layout_records(self, model: torch.nn.Module, batch: Batch) -> list[dict[str, Any]]:
         """What each device holds of each tensor (SPMD runs only)."""
         return []

@@ -67,6 +67,20 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def processes_on_this_host() -> int:
+    """The ranks torchrun started on this host (its ``LOCAL_WORLD_SIZE``): what TorchTPU's
+    ``set_tpu_launch_env(nproc_per_node=)`` takes, as torchrun's flag of that name does. A
+    multi-host gang's ``WORLD_SIZE`` is hosts x that (a v6e-16 plan: 16, not 4)."""
+    value = os.environ.get("LOCAL_WORLD_SIZE")
+    if value is None:
+        raise RuntimeError("LOCAL_WORLD_SIZE is not set: a gang's ranks are started by torchrun, "
+                           "which sets it to the processes on each host (--nproc_per_node)")
+    if not value.strip().isdigit() or int(value) < 1:
+        raise RuntimeError(f"LOCAL_WORLD_SIZE={value!r} is not a positive number of processes "
+                           "(torchrun sets it from --nproc_per_node)")
+    return int(value)
+
+
 def main(job_file: str) -> None:
     # Join, build, lay out, train, report: one rank's life, top to bottom.
     _die_with_parent()
@@ -98,7 +112,7 @@ def _train(job: dict[str, Any], rank: int, world: int, log: RankLog) -> dict[str
     spec = ExperimentSpec.from_dict(job["spec"])
     device = job["device"]
     if device == "tpu":  # TorchTPU: its launch environment, then its process group
-        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=world)
+        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=processes_on_this_host())
     dist.init_process_group(torchtpu.DIST_BACKEND if device == "tpu" else "gloo",
                             rank=rank, world_size=world)
     try:

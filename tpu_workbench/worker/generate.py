@@ -81,7 +81,8 @@ class HFLM:
         heads = config.num_key_value_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // \
             config.num_attention_heads
-        cache.early_initialization(batch, heads, head_dim, torch.float32, self.device)
+        # the weights' dtype (options={"dtype": "bfloat16"}), which the keys and values come in
+        cache.early_initialization(batch, heads, head_dim, self.hf.dtype, self.device)
         return cache
 
     def logits(self, ids: torch.Tensor, pos: torch.Tensor, cache: Any, key_len: int) -> Any:

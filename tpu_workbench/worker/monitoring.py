@@ -1,7 +1,10 @@
 """Live chip metrics in a worker, from libtpu's monitoring SDK (``libtpu.sdk.tpumonitoring``).
 
 What ``tpu-info`` shows, read by the worker while a run goes on: the TensorCore duty cycle, HBM
-in use and TensorCore utilisation, one value per chip. One ``kind="tpu_metrics"`` record is
+in use and TensorCore utilisation. The SDK gives one value per chip of the host; a run reports
+the chips it uses (:meth:`~tpu_workbench.worker.backend.Backend.chips`: its one device, or every
+device of its mesh), each and their mean, and names them (``chips``): a one-chip run on a v6e-8
+reads its own chip's duty cycle, not an eighth of it. One ``kind="tpu_metrics"`` record is
 streamed per sample (columns in :mod:`tpu_workbench.records`), taken after a step's clock stopped
 (never inside a timed step) and at most every :data:`SAMPLE_EVERY_S`.
 
@@ -52,28 +55,38 @@ def unavailable_reason(sys_root: str = "/sys/bus/pci/devices") -> str:
 def parse_values(data: Any) -> list[float]:
     """One float per chip from what ``LibtpuSdkMetric.data()`` returns: a list of numbers or of
     strings (``"12.5"``, or ``"0: 12.5"`` with a chip index); what is not a number is dropped."""
-    out = []
-    for item in data if isinstance(data, list | tuple) else [data]:
-        text = str(item).rsplit(":", 1)[-1].strip().rstrip("%")
+    return list(parse_chips(data).values())
+
+
+def parse_chips(data: Any) -> dict[int, float]:
+    """Chip index -> value from what ``LibtpuSdkMetric.data()`` returns: the index an entry
+    names (``"3: 12.5"``), else its place in the list (the host's chips in device order); what
+    is not a number is dropped."""
+    out = {}
+    for place, item in enumerate(data if isinstance(data, list | tuple) else [data]):
+        head, _, text = str(item).rpartition(":")
         try:
-            value = float(text)
+            value = float(text.strip().rstrip("%"))
         except ValueError:
             continue
+        named = head.split()[-1] if head.split() else ""  # "3", "chip 3"
         if math.isfinite(value):
-            out.append(value)
+            out[int(named) if named.isdigit() else place] = value
     return out
 
 
 class ChipMonitor:
-    """Samples :data:`METRICS` (the mean over the host's chips, and each chip's) between steps."""
+    """Samples :data:`METRICS` of the run's `chips` (host device indices; None: every chip of
+    the host), each chip's and their mean, between steps."""
 
     def __init__(self, sdk: Any = None, reason: str | None = None,
-                 every_s: float = SAMPLE_EVERY_S) -> None:
+                 every_s: float = SAMPLE_EVERY_S, chips: list[int] | None = None) -> None:
         self.reason = unavailable_reason() if sdk is None and reason is None else (reason or "")
         if sdk is None and not self.reason:
             sdk = importlib.import_module(SDK_MODULE)
         self.sdk = sdk
         self.every_s = every_s
+        self.chips = None if chips is None else [int(c) for c in chips]
         self.started = time.perf_counter()
         self.last = -math.inf
         self.samples = 0
@@ -90,13 +103,20 @@ class ChipMonitor:
             return None
         self.last = now
         record: dict[str, Any] = {"kind": "tpu_metrics", "step": step,
-                                  "t_s": now - self.started}
+                                  "t_s": now - self.started, "chips": self.chips}
         for name, (column, _, _) in METRICS.items():
             try:
-                values = parse_values(self.sdk.get_metric(name).data())
+                host = parse_chips(self.sdk.get_metric(name).data())
             except Exception as exc:  # one metric missing in this libtpu must not end the run
                 self.errors[name] = f"{type(exc).__name__}: {exc}"
                 continue
+            chips = sorted(host) if self.chips is None else self.chips
+            record["chips"] = chips
+            if not all(c in host for c in chips):
+                self.errors[name] = (f"chips {[c for c in chips if c not in host]} of the run "
+                                     f"are not among the SDK's chips {sorted(host)}")
+                continue
+            values = [host[c] for c in chips]
             if values:
                 record[column] = sum(values) / len(values)
                 record[f"{column}_per_chip"] = values
@@ -106,5 +126,5 @@ class ChipMonitor:
     def summary(self) -> dict[str, Any]:
         """For the run's summary (``chip_metrics``): sampled or not, and why not."""
         return {"available": self.available, "reason": self.reason, "samples": self.samples,
-                "source": SDK_MODULE, "metrics": {n: c for n, (c, _, _) in METRICS.items()},
-                "errors": self.errors}
+                "chips": self.chips, "source": SDK_MODULE,
+                "metrics": {n: c for n, (c, _, _) in METRICS.items()}, "errors": self.errors}

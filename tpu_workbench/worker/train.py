@@ -112,7 +112,8 @@ def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, An
                 "build_s": build_s}
     hlo_capture = backend.hlo_capture() if "hlo" in spec.capture else None
     profiler = backend.profiler(ctx.out_dir / "profile") if "profile" in spec.capture else None
-    monitor = ChipMonitor()  # libtpu's live chip metrics; unavailable (and why) without a chip
+    # libtpu's live metrics of the run's chips; unavailable (and why) without a chip
+    monitor = ChipMonitor(chips=backend.chips())
     losses = _steps(ctx, spec, backend, step_fn, hooks, batches, changed, profiler, monitor)
     if hlo_capture:  # before evaluation, which compiles a graph of its own
         hlo_capture.collect(ctx.out_dir / "hlo")

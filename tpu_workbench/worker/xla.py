@@ -269,6 +269,15 @@ class XLABackend(Backend):
             batch = spmd.shard_batch(batch, self.mesh, self.strategy)
         return batch
 
+    def chips(self) -> list[int]:
+        if self.mesh is None:
+            return super().chips()
+        import torch_xla.runtime as xr
+
+        # torch_xla's mesh spans every device of the slice (xs.Mesh checks it): on this host,
+        # each device the process addresses
+        return list(range(xr.addressable_runtime_device_count()))
+
     def layout_records(self, model: torch.nn.Module,
                        batch: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
         if self.mesh is None:
