@@ -286,3 +286,13 @@ def test_checking_a_spec_imports_no_torch():
                          check=True).stdout
     assert out.strip() == "[]", out
 
+
+
+def test_a_worker_errors_state_is_one_rule_for_both_sweep_engines():
+    from tpu_workbench import errors
+
+    for cls, state in ((errors.WorkerCrashed, "crashed"), (errors.RunTimeout, "timeout"),
+                       (errors.RunCancelled, "cancelled"), (errors.RunFailed, "failed")):
+        assert errors.error_state(cls("x")) == state  # the local engine holds the exception
+        assert errors.error_state(cls.__name__) == state  # a Ray task sends its name
+    assert errors.error_state("SpecError") == errors.error_state(ValueError()) == "failed"

@@ -49,7 +49,7 @@ import ray.exceptions
 
 from .. import errors
 from ..environment.paths import results_dir
-from ..errors import RunCancelled, RunFailed, SpecError, WorkbenchError, WorkerCrashed, WorkerError
+from ..errors import RunCancelled, RunFailed, SpecError, WorkbenchError, WorkerCrashed
 from ..runs.runner import DEFAULT_RUN_TIMEOUT_S, _new_run_id, save_run, submit
 from ..runs.spec import ExperimentSpec, runtime_config
 from ..runs.store import ENVIRONMENT_FILE, RunResult, artifacts
@@ -268,11 +268,9 @@ class _Driver:
             return
         out.ended = message.get("t")
         if kind == "failed":
-            cls = getattr(errors, message["etype"], None)
-            if not (isinstance(cls, type) and issubclass(cls, WorkerError)):
-                cls = RunFailed  # e.g. a SpecError: the node could not load the model
-            out.state = {"RunTimeout": "timeout", "RunCancelled": "cancelled",
-                         "WorkerCrashed": "crashed"}.get(message["etype"], "failed")
+            # e.g. a SpecError (the node could not load the model) fails as RunFailed
+            cls = errors.WORKER_ERRORS.get(message["etype"], RunFailed)
+            out.state = errors.error_state(message["etype"])
             out.error = cls(message["message"], stderr_tail=message["stderr_tail"])
         elif kind == "done":
             self.save_done(out, message)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import RunCancelled, SpecError, WorkbenchError
+from ..errors import RunCancelled, SpecError, WorkbenchError, error_state
 from ..records import labelled_steps
 from ..runs.spec import ExperimentSpec
 from ..runs.store import RunResult
@@ -324,9 +324,8 @@ def _sweep_local(specs, on_record, on_run_start, on_run_end, cold, timeout,
             run = SweepRun(spec, result.run_id, "done", host, "local", result=result)
         else:
             error = next(iter(comparison.errors.values()))
-            state = {"RunTimeout": "timeout", "RunCancelled": "cancelled",
-                     "WorkerCrashed": "crashed"}.get(type(error).__name__, "failed")
-            run = SweepRun(spec, getattr(error, "run_id", ""), state, host, "local", error=error,
+            run = SweepRun(spec, getattr(error, "run_id", ""), error_state(error), host, "local",
+                           error=error,
                            records=list(getattr(error, "records", [])))
         run.started, run.ended = started, time.time()
         runs.append(run)
