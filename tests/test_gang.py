@@ -72,9 +72,10 @@ def test_collectives_per_step_have_the_xla_frame_columns(four):
         assert (frame["count"] > 0).all() and (frame["bytes"] > 0).all()
     kinds = {s: set(zip(f["kind"], f["phase"], f["axis"], strict=True))
              for s, f in frames.items()}
-    # FSDP over all 4: parameters gathered for forward and backward, gradients reduce-scattered
-    assert {("all-gather", "forward", "all"), ("all-gather", "backward", "all"),
-            ("reduce-scatter", "backward", "all")} <= kinds["fsdp"]
+    # FSDP over all 4 (a 1-D mesh: its one axis, data): parameters gathered for forward and
+    # backward, gradients reduce-scattered
+    assert {("all-gather", "forward", "data"), ("all-gather", "backward", "data"),
+            ("reduce-scatter", "backward", "data")} <= kinds["fsdp"]
     assert not any(k == "all-reduce" for k, _, _ in kinds["fsdp"])
     # TP on a 1x4 mesh: row-parallel outputs all-reduced over the model axis (every device,
     # "all" as in the XLA frame), attention's fused q/k/v output gathered
@@ -185,7 +186,9 @@ def test_a_gang_mesh_per_strategy():
         gang.mesh_for("dp_tp", 2)
 
 
-HELD = [("mingpt", "dp_tp"), ("hf:llama", "dp_tp"), ("hf:llama", "tp")]
+UNTIED = {"tie_word_embeddings": False}
+HELD = [("mingpt", "dp_tp", {}), ("hf:llama", "dp_tp", UNTIED), ("hf:llama", "tp", UNTIED),
+        ("hf:llama", "tp", {})]
 
 
 def _held(rank: int, world: int, port: int, mesh: tuple, out: str) -> None:
@@ -200,14 +203,14 @@ def _held(rank: int, world: int, port: int, mesh: tuple, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        held = {}
-        for model, strategy in HELD:
+        held = []
+        for model, strategy, options in HELD:
             family = models.get_model(model)
             torch.manual_seed(0)
-            net = dt.apply(strategy, family.build(family.config("tiny")),
+            net = dt.apply(strategy, family.build(family.config("tiny", **options)),
                            dt.make_meshes("cpu", mesh, strategy))
-            held[f"{model} {strategy}"] = {n: list(getattr(p, "_local_tensor", p).shape)
-                                           for n, p in net.named_parameters()}
+            held.append({n: list(getattr(p, "_local_tensor", p).shape)
+                         for n, p in net.named_parameters()})
         with open(f"{out}/rank{rank}.json", "w") as fh:
             json.dump(held, fh)
     finally:
@@ -218,7 +221,8 @@ def test_each_rank_holds_what_the_spmd_device_holds(tmp_path):
     """The gang's DTensor placement (worker.dtensor_train) and SPMD's (sharding.param_specs)
     agree on what each of four devices of a 2x2 mesh holds: the shape of every parameter's
     local piece, rank r against device r. (dp_tp used to be tp plus FSDP2 over data on the
-    gang: half of every piece per rank.) hf:llama tiny's embedding splits vocab-parallel."""
+    gang: half of every piece per rank.) An untied embedding splits vocab-parallel on both;
+    one tied to the head stays whole on the gang, the one difference."""
     import json
     import socket
 
@@ -232,16 +236,19 @@ def test_each_rank_holds_what_the_spmd_device_holds(tmp_path):
     mesh = (2, 2)
     mp.spawn(_held, args=(4, port, mesh, str(tmp_path)), nprocs=4)
     held = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
-    for model, strategy in HELD:
+    for i, (model, strategy, options) in enumerate(HELD):
         family = models.get_model(model)
         with torch.device("meta"):
-            net = family.build(family.config("tiny"))
+            net = family.build(family.config("tiny", **options))
         shapes = {n: list(p.shape) for n, p in net.named_parameters()}
         specs = sharding.param_specs(net, strategy, mesh)
+        tied = model == "hf:llama" and not options
         if model == "hf:llama":
             assert specs["hf.model.embed_tokens.weight"] == ("model", None)
         for rank in range(4):
             want = {n: sharding.predicted_layout(n, shapes[n], spec, mesh)[rank]["shard_shape"]
                     for n, spec in specs.items()}
-            got = held[rank][f"{model} {strategy}"]
-            assert {n: got[n] for n in want} == want, (model, strategy, rank)
+            got = {n: held[rank][i][n] for n in want}
+            differ = {n for n in want if got[n] != want[n]}
+            assert differ == ({"hf.model.embed_tokens.weight"} if tied else set()), \
+                (model, strategy, options, rank, differ)

@@ -3,8 +3,8 @@
 PyTorch's own parallel APIs over a ``DeviceMesh`` (gloo on a CPU, TorchTPU's ``tpu_dist`` on
 chips), placing tensor parallelism as the SPMD path does (:func:`tpu_workbench.sharding.
 param_specs`): a rank holds what the device of the same mesh position holds under SPMD, for
-tp and dp_tp (tested); fsdp shards like FSDP2 (dim 0, padded), SPMD splits the first dimension
-that divides.
+tp and dp_tp (tested), but for an embedding tied to the output head, which stays whole; fsdp
+shards like FSDP2 (dim 0, padded), SPMD splits the first dimension that divides.
 
 =======  ===================================================================================
 dp       replicated parameters, gradients all-reduced over the ``data`` axis (DDP)
@@ -13,8 +13,8 @@ fsdp     FSDP2 ``fully_shard`` on every block (each child of a ``ModuleList``) a
 tp       ``parallelize_module`` on the ``model`` axis: column-parallel where ``param_specs``
          splits a Linear's weight ``("model", None)``, row-parallel where ``(None, "model")``
          (minGPT: ``attn.c_attn``, ``mlp.c_fc`` column; ``attn.c_proj``, ``mlp.c_proj`` row);
-         embeddings vocab-parallel where ``param_specs`` splits them (a head tied to one
-         follows it); norms replicated
+         embeddings vocab-parallel where ``param_specs`` splits them, unless tied to the head
+         (then whole: the one difference from SPMD); norms replicated
 dp_tp    tp on the ``model`` axis, replicated over ``data``: each gradient averaged over the
          data axis after the backward pass (one all-reduce each), as SPMD's dp_tp
 =======  ===================================================================================
@@ -39,6 +39,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 
 from .. import sharding
 
+_SYNCING = False  # sync_gradients is running: its collectives belong to the backward pass
 # c10d / functional-collective op names -> the XLA HLO kinds the collectives frame uses
 KINDS = {"all_gather": "all-gather", "allgather": "all-gather", "reduce_scatter": "reduce-scatter",
          "all_reduce": "all-reduce", "allreduce": "all-reduce", "all_to_all": "all-to-all",
@@ -83,7 +84,9 @@ def tp_plan(model: nn.Module, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
     """``parallelize_module`` plan from the workbench's tp partition specs: Linear layers
     column- or row-parallel by how :func:`~tpu_workbench.sharding.param_specs` splits their
     weight, embeddings it splits ``("model", None)`` vocab-parallel (each rank looks up its
-    rows; the partial results all-reduced).
+    rows; the partial results all-reduced). An embedding tied to the output head stays whole
+    here (SPMD splits it: XLA partitions the head and the loss over the vocabulary, which a
+    gang's plain loss cannot).
 
     Inside an ``mlp`` module the column-parallel output stays sharded into the row-parallel
     projection (Megatron: one all-reduce). Elsewhere (attention, a lone head) the module reshapes
@@ -94,9 +97,11 @@ def tp_plan(model: nn.Module, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     specs = sharding.param_specs(model, "tp", mesh_shape)
+    tied = {id(owner) for _, _, owner, _ in _tied(model)}
     plan: dict[str, Any] = {}
     for path, module in model.named_modules():
-        if isinstance(module, nn.Embedding) and specs.get(f"{path}.weight") == ("model", None):
+        if isinstance(module, nn.Embedding) and specs.get(f"{path}.weight") == ("model", None) \
+                and id(module) not in tied:
             plan[path] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
             continue
         if not isinstance(module, nn.Linear) or f"{path}.weight" not in specs:
@@ -118,11 +123,11 @@ def blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def apply(strategy: str, model: nn.Module, meshes: dict[str, Any]) -> nn.Module:
-    """Lay `model` out for `strategy` (in place); return the module the loss calls."""
+    """Lay `model` out for `strategy` (in place); return the module the loss calls (call
+    :func:`sync_gradients` after each backward pass)."""
     from torch.distributed.fsdp import fully_shard
 
     mesh = meshes["mesh"]
-    names = mesh.mesh_dim_names
     if strategy == "dp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -130,12 +135,7 @@ def apply(strategy: str, model: nn.Module, meshes: dict[str, Any]) -> nn.Module:
     if strategy in ("tp", "dp_tp"):
         from torch.distributed.tensor.parallel import parallelize_module
 
-        tied = _tied(model)
         parallelize_module(model, mesh["model"], tp_plan(model, tuple(mesh.shape)))
-        for module, name, owner, owner_name in tied:  # a head tied to an embedding follows it
-            setattr(module, name, getattr(owner, owner_name))
-    if strategy == "dp_tp":
-        _average_gradients(model, mesh[names[0]].get_group(), mesh.shape[0])
     if strategy == "fsdp":
         for block in blocks(model):
             fully_shard(block, mesh=meshes["flat"])
@@ -145,7 +145,7 @@ def apply(strategy: str, model: nn.Module, meshes: dict[str, Any]) -> nn.Module:
 
 def _tied(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:
     """(module, name, owner, owner's name) of every parameter that is another module's (a
-    head tied to its embedding): parallelize_module replaces the owner's, not the tie."""
+    head tied to its embedding)."""
     first: dict[int, tuple[nn.Module, str]] = {}
     out = []
     for module in model.modules():
@@ -157,20 +157,26 @@ def _tied(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module, str]]:
     return out
 
 
-def _average_gradients(model: nn.Module, group: Any, size: int) -> None:
-    """Data parallelism over `group` for parameters replicated on it: each gradient, once the
-    backward pass has accumulated it, is summed over the group and divided by its size (DDP's
-    all-reduce, one per parameter)."""
+def sync_gradients(strategy: str, model: nn.Module, meshes: dict[str, Any]) -> None:
+    """After the backward pass: dp_tp averages each gradient over the data axis (summed over
+    the axis's group, divided by its size: DDP's all-reduce, one per parameter), so ranks that
+    hold the same pieces keep the same weights. The other strategies synchronise inside."""
+    if strategy != "dp_tp":
+        return
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
-    def average(p: torch.Tensor) -> None:
-        grad = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
-        dist.all_reduce(grad, group=group)
-        grad.div_(size)
-
-    for p in model.parameters():
-        p.register_post_accumulate_grad_hook(average)
+    global _SYNCING
+    data = meshes["mesh"][meshes["mesh"].mesh_dim_names[0]]
+    _SYNCING = True  # counted as the backward pass's, as DDP's all-reduces are
+    try:
+        for p in model.parameters():
+            if p.grad is not None:
+                grad = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+                dist.all_reduce(grad, group=data.get_group())
+                grad.div_(data.size())
+    finally:
+        _SYNCING = False
 
 
 def loss_context() -> Any:
@@ -235,7 +241,8 @@ class Collectives(CommDebugMode):
         self.rows.append({
             "collective": kind, "op": f"{func.namespace}.{name}",
             "module": _module_path(self.advanced_module_tracker.name),
-            "phase": "backward" if self.advanced_module_tracker.is_bw else "forward",
+            "phase": "backward" if self.advanced_module_tracker.is_bw or _SYNCING
+                     else "forward",
             "bytes": _nbytes(result), "shape": _shape(result),
             "group": _group_ranks(args, kwargs)})
         return out

@@ -151,9 +151,9 @@ def _train(job: dict[str, Any], rank: int, world: int, log: RankLog) -> dict[str
             t0 = time.perf_counter()
             if comm is not None:
                 with comm:
-                    loss = _step(family, net, opt, batch, log, step)
+                    loss = _step(family, net, opt, batch, log, step, strategy, meshes)
             else:
-                loss = _step(family, net, opt, batch, log, step)
+                loss = _step(family, net, opt, batch, log, step, strategy, meshes)
             local = float(loss.detach().to("cpu"))  # the wait: a device-to-host read
             wall_ms = (time.perf_counter() - t0) * 1e3
             mean = torch.tensor([local], dtype=torch.float64)
@@ -185,8 +185,8 @@ def _train(job: dict[str, Any], rank: int, world: int, log: RankLog) -> dict[str
         dist.destroy_process_group()
 
 
-def _step(family: Any, net: Any, opt: Any, batch: dict[str, Any], log: RankLog,
-          step: int) -> Any:
+def _step(family: Any, net: Any, opt: Any, batch: dict[str, Any], log: RankLog, step: int,
+          strategy: str, meshes: dict[str, Any]) -> Any:
     from . import dtensor_train as dt
 
     opt.zero_grad(set_to_none=True)
@@ -195,6 +195,7 @@ def _step(family: Any, net: Any, opt: Any, batch: dict[str, Any], log: RankLog,
         loss = family.loss(net, batch)
     log.write({"kind": "progress", "step": step, "phase": "backward"})
     loss.backward()
+    dt.sync_gradients(strategy, net, meshes)
     log.write({"kind": "progress", "step": step, "phase": "optimizer"})
     opt.step()
     log.write({"kind": "progress", "step": step, "phase": "end"})
