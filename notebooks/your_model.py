@@ -12,9 +12,6 @@ with app.setup:
 
     SMOKE = wb.smoke_mode()
     DEFAULT_MODEL = "hf:llama"
-    # The Transformers config fields offered for editing (others: `options=` in code).
-    EDITABLE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                "intermediate_size")
     # Sections that have run since the notebook opened (see `nb.may_measure`).
     OPENED: set[str] = set()
 
@@ -71,8 +68,8 @@ def _(architecture, own_file):
     mo.stop(model_error is not None, nb.failed_run_callout(model_ref, model_error))
     preset = "tiny" if "tiny" in family.presets else next(iter(family.presets))
     _cfg = family.config(preset)
-    _hf = family.hf_config(_cfg) if hasattr(family, "hf_config") else None
-    fields = {k: getattr(_hf, k) for k in EDITABLE if _hf is not None and hasattr(_hf, k)}
+    # The config's widths and depth under its class's own names (others: `options=` in code)
+    fields = family.editable_fields(_cfg) if hasattr(family, "editable_fields") else {}
     mo.md(f"Using **{model_ref}**, preset `{preset}` (presets: "
           f"{', '.join(f'`{p}`' for p in family.presets)}).")
     return family, fields, model_ref, preset

@@ -228,3 +228,15 @@ def test_llama_tp_layout_measured_equals_planned(runs):
             want[cols].to_dict("records"), tensor
         checked += 1
     assert checked == 10  # embedding, q, k, v, o, gate, up, down, two norms
+
+
+def test_the_editable_fields_are_the_config_classes_own():
+    """GPT-2's config answers to num_hidden_layers but its field is n_layer: the your_model
+    notebook offered the common names, and an edit became an unknown option."""
+    family = models.get_model("hf:gpt2")
+    fields = family.editable_fields(family.config("tiny"))
+    assert fields == {"n_embd": 128, "n_head": 4, "n_layer": 2}
+    assert family.transformer_shape(family.config("tiny", n_layer=3)).layers == 3
+    llama = models.get_model("hf:llama")
+    llama = llama.editable_fields(llama.config("tiny"))
+    assert llama["num_key_value_heads"] == 4 and llama["intermediate_size"] == 256

@@ -208,6 +208,18 @@ class HFFamily(ModelFamily):
             intermediate=inner or 4 * hidden, vocab=hf.vocab_size, mlp=self.mlp,
             layers_option=self.layers_field)
 
+    def editable_fields(self, cfg: HFConfig) -> dict[str, int]:
+        """The widths and depth of `cfg` a notebook offers for editing, under this config
+        class's own field names (GPT-2's n_layer, n_embd, n_head), so an edit is a valid
+        option: the common names answer on the config object but are no fields of GPT-2's."""
+        hf = self.hf_config(cfg)
+        names = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                 "intermediate_size")
+        fields = config_fields(self.model_type)
+        own = {hf.attribute_map.get(n, n) for n in names}
+        return {k: int(getattr(hf, k)) for k in sorted(own, key=str) if k in fields
+                and isinstance(getattr(hf, k, None), int)}
+
     def positions(self, cfg: HFConfig) -> int:
         """The longest sequence the positions cover (``max_position_embeddings``, GPT-2's
         ``n_positions``)."""
