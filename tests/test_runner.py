@@ -296,3 +296,18 @@ def test_a_worker_errors_state_is_one_rule_for_both_sweep_engines():
         assert errors.error_state(cls("x")) == state  # the local engine holds the exception
         assert errors.error_state(cls.__name__) == state  # a Ray task sends its name
     assert errors.error_state("SpecError") == errors.error_state(ValueError()) == "failed"
+
+
+def test_a_worker_that_dies_before_it_gets_the_run_is_a_crash(pool, results, monkeypatch):
+    """The pipe to a worker that died between the pool's check and the send is closed: the run
+    ends as a WorkerCrashed naming it (it used to raise BrokenPipeError out of submit)."""
+    worker = pool.worker(wb.runtime_config(MLP))
+
+    def closed(message):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(worker, "send", closed)
+    run = wb.submit(MLP, pool=pool)
+    with pytest.raises(wb.WorkerCrashed, match="lost its worker before it started"):
+        run.result()
+    assert run.state == "crashed"

@@ -71,6 +71,8 @@ class Run:
         self.partial_dir = self.final_dir.with_name(self.run_id + ".partial")
         self._timer = threading.Timer(timeout, self._on_timeout)
         self._timer.daemon = True
+        self._ending = threading.Lock()
+        self._ended = False
 
     def _start(self) -> None:
         self.partial_dir.mkdir(parents=True, exist_ok=True)
@@ -78,9 +80,17 @@ class Run:
         if self.worker.runs_started == 0:
             self.worker_start_s = self.worker.start_s
         self.worker.runs_started += 1
+        try:
+            self.worker.send({"op": "run", "task": self.task, "run_id": self.run_id,
+                              "spec": self.spec.to_dict(), "out_dir": str(self.partial_dir)})
+        except OSError:  # the worker died before it got the run (its pipe is closed)
+            self._finish("crashed", WorkerCrashed(
+                f"run {self.run_id} lost its worker before it started: "
+                f"{self.worker.death_message()}"))
+            return
+        # The clock starts once the worker has the run: a timer started before the send could
+        # kill the worker first on a busy host (a 1 ms timeout did, under a CPU hog).
         self._timer.start()
-        self.worker.send({"op": "run", "task": self.task, "run_id": self.run_id,
-                          "spec": self.spec.to_dict(), "out_dir": str(self.partial_dir)})
 
     @property
     def done(self) -> bool:
@@ -125,6 +135,10 @@ class Run:
 
     def _finish(self, state: str, error: WorkerError | None,
                 summary: dict[str, Any] | None = None) -> None:
+        with self._ending:  # once: a send that failed, then the pipe's end, would end it twice
+            if self._ended:
+                return
+            self._ended = True
         self._timer.cancel()
         wall = time.perf_counter() - self._t0
         if error is not None:
