@@ -163,3 +163,10 @@ def test_fit_table_plans_llama_3_8b_on_v6e_slices():
     with pytest.raises(wb.SpecError, match="unknown TPU slice 'v6e-9'"):
         sh.fit_table(shape, 10**9, 8, 128, slices=["v6e-9"])
     assert math.isclose(row.loc[("v6e-16", "fsdp"), "usable_gb"], 28.8)
+
+
+def test_a_plan_of_a_model_that_is_no_transformer_is_refused_naming_it():
+    with pytest.raises(wb.SpecError, match="model 'resnet' is not a decoder-only transformer"):
+        sh.model_fit_table("resnet", "resnet50", 32, 1)
+    with pytest.raises(wb.SpecError, match="model 'unet' is not a decoder-only transformer"):
+        wb.model_step_collectives("unet", "tiny", "v6e-8", "fsdp", 8, 16)

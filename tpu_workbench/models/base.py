@@ -102,6 +102,15 @@ class ModelFamily:
         """Widths and kinds of a decoder-only transformer's blocks (None: not one)."""
         return None
 
+    def block_shape(self, cfg: Any) -> TransformerShape:
+        """:meth:`transformer_shape`, or a SpecError where the family is no transformer: a
+        plan (memory, collectives, a compiled block) needs it."""
+        shape = self.transformer_shape(cfg)
+        if shape is None:
+            raise SpecError(f"model {self.name!r} is not a decoder-only transformer (hf:*, "
+                            "mingpt): a plan needs its block shape")
+        return shape
+
     def model_axis_widths(self, cfg: Any) -> dict[str, int]:
         """Widths that tensor parallelism splits over a mesh's model axis and that must divide
         by its size (minGPT: heads and embedding width); empty where a strategy splits only

@@ -99,7 +99,7 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
     dtype = dtype or family.planning_dtype
     base = _plan_options(family, preset, seq_len, dtype, options)
     cfg = family.config(preset, **base)
-    shape = _shape(family, cfg)
+    shape = family.block_shape(cfg)
     layers = shape.layers
     whole = layers <= 2 if whole is None else bool(whole)
     plans = []
@@ -176,21 +176,13 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, whole: bool, layers: int, reco
     return row
 
 
-def _shape(family: Any, cfg: Any) -> Any:
-    shape = family.transformer_shape(cfg)
-    if shape is None:
-        raise SpecError(f"model {family.name!r} is not a decoder-only transformer (hf:*, "
-                        "mingpt): a plan needs its block shape")
-    return shape
-
-
 def _fit(family: Any, preset: str, options: dict[str, Any], slices: Sequence[str],
          strategies: Sequence[str], batch_size: int, seq_len: int, dtype: str,
          recompute: bool) -> pd.DataFrame:
     """The fit check in the one memory convention (:data:`tpu_workbench.sharding.CONVENTION`),
     for the model as configured for the plan (`options`: its sequence length, dtype)."""
     n_params = models.count_params(family.name, preset, options)
-    return sharding.fit_table(_shape(family, family.config(preset, **options)), n_params,
+    return sharding.fit_table(family.block_shape(family.config(preset, **options)), n_params,
                               batch_size, seq_len, slices=list(dict.fromkeys(slices)),
                               strategies=[sharding.strategy_name(s) for s in strategies],
                               dtype=dtype, recompute=recompute).assign(params=n_params)

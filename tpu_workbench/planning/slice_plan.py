@@ -106,9 +106,7 @@ def model_step_collectives(model: str, preset: str, slice_name: str, strategy: s
     from ..sharding.fit import STATE_BYTES
 
     family = models.get_model(model)
-    shape = family.transformer_shape(family.config(preset))
-    if shape is None:
-        raise SpecError(f"model {model!r} is not a decoder-only transformer (hf:*, mingpt)")
+    shape = family.block_shape(family.config(preset))
     dtype = dtype or family.planning_dtype
     if dtype not in STATE_BYTES:
         raise SpecError(f"dtype must be one of {', '.join(STATE_BYTES)}, got {dtype!r}")

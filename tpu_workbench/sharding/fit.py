@@ -195,10 +195,7 @@ def model_fit_table(model: str, preset: str, batch_size: int, seq_len: int,
     from .. import models
 
     family = models.get_model(model)
-    shape = family.transformer_shape(family.config(preset, **(options or {})))
-    if shape is None:
-        raise SpecError(f"model {model!r} is not a decoder-only transformer (hf:*, mingpt): "
-                        "a fit plan needs its block shape")
+    shape = family.block_shape(family.config(preset, **(options or {})))
     n = models.count_params(model, preset, options)
     table = fit_table(shape, n, batch_size, seq_len, dtype=dtype or family.planning_dtype,
                       **kwargs)

@@ -58,7 +58,7 @@ def cost(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     spmd.shard_model(model, mesh, spec.strategy)  # buffers (parameters keep their sharding)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr or family.default_lr, foreach=False)
-    vocab = family.transformer_shape(cfg).vocab
+    vocab = family.block_shape(cfg).vocab
     gen = torch.Generator().manual_seed(spec.seed)
     batch = {k: torch.randint(vocab, (spec.batch_size, seq_len), generator=gen) for k in "xy"}
     batch = spmd.shard_batch({k: v.to(device) for k, v in batch.items()}, mesh, spec.strategy)
