@@ -35,8 +35,14 @@ def runs(tmp_path_factory):
 def test_xla_matches_plain_pytorch_step_for_step(runs, model):
     xla = runs[model, "compile"].steps["loss"].to_numpy()
     cpu = runs[model, "torch_eager"].steps["loss"].to_numpy()
-    np.testing.assert_allclose(xla[0], cpu[0], rtol=1e-4)
-    np.testing.assert_allclose(xla[:3], cpu[:3], rtol=5e-3)
+    np.testing.assert_allclose(xla[0], cpu[0], rtol=1e-4)  # the same weights and batch
+    np.testing.assert_allclose(xla[1], cpu[1], rtol=2e-3)  # after one update
+    # Adam's first updates move every weight by about lr whatever its gradient's size, so a
+    # gradient that differs in its last bits (XLA:CPU sums a convolution in another order than
+    # ATen) flips a near-zero update: by step 2 ResNet's losses differ by up to 0.7% under
+    # ATen's default kernels (0.4% under AVX-512; plain PyTorch against itself across the three
+    # kernel sets: 0.02%). A broken mode is off by far more: the loss moves 20% in that step.
+    np.testing.assert_allclose(xla[2], cpu[2], rtol=2e-2)
 
 
 def test_mingpt_learns_on_xla(runs):
