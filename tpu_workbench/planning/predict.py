@@ -26,7 +26,7 @@ from ..runs.spec import ExperimentSpec
 from ..runs.workers import WorkerPool
 from . import steptime
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = tuple(sharding.STATE_BYTES)  # the dtypes the one memory convention knows
 RECOMPUTE_FACTOR = 4 / 3  # forward + backward = 3 forward passes; recomputation adds one more
 # The HLO is what is wanted, not a fast CPU binary: skip LLVM's optimisations of the kernels
 # XLA:CPU emits (they do not change the optimised HLO the cost analysis reads).
