@@ -4,13 +4,17 @@
     python3 scripts/dev.py quickstart [marimo edit args...]   # set up, then open the quickstart
     python3 scripts/dev.py test [pytest args...]              # set up, then lint + the whole suite,
                                                               # then (no args) the TorchTPU set
-    python3 scripts/dev.py setup                              # only set up
+    python3 scripts/dev.py setup                              # only set up (.venv, .venv-libtpu)
     python3 scripts/dev.py setup-torchtpu                     # set up .venv-torchtpu only
     python3 scripts/dev.py test-torchtpu [pytest args...]     # set it up, run tests_torchtpu/
 
 Needs only python3 (>= 3.11) with venv and pip. Set-up is skipped when .venv already holds an
 install of the current pyproject.toml (a stamp file records its hash), so both commands are
 idempotent and fast the second time.
+
+.venv-libtpu holds libtpu's TPU compiler (jax 0.10.2 + libtpu 0.0.51, requirements-libtpu.txt):
+tpu_workbench.tpu_compile runs it in a process of its own to compile a traced step for a named
+TPU slice with no chip. It is small and set up with .venv.
 
 The second environment, .venv-torchtpu, holds TorchTPU (torch_tpu 0.2.0 + libtpu), which needs
 torch >= 2.11 and so cannot live beside torch_xla 2.9: torch 2.13 (CPU build), torch_tpu, the
@@ -36,6 +40,10 @@ TORCHTPU_VENV = ROOT / ".venv-torchtpu"
 TORCHTPU_PY = TORCHTPU_VENV / "bin" / "python"
 TORCHTPU_STAMP = TORCHTPU_VENV / ".tpu-workbench-setup"
 TORCHTPU_REQUIREMENTS = ROOT / "requirements-torchtpu.txt"
+LIBTPU_VENV = ROOT / ".venv-libtpu"
+LIBTPU_PY = LIBTPU_VENV / "bin" / "python"
+LIBTPU_STAMP = LIBTPU_VENV / ".tpu-workbench-setup"
+LIBTPU_REQUIREMENTS = ROOT / "requirements-libtpu.txt"
 
 
 def _run(cmd: list[str], **kwargs) -> None:
@@ -54,6 +62,18 @@ def setup() -> None:
     # torch 2.9.0 from PyPI is a large (CUDA) build: the first install takes a few minutes.
     _run([str(PY), "-m", "pip", "install", "-e", ".[dev]"])
     STAMP.write_text(want + "\n")
+
+
+def setup_libtpu() -> None:
+    """Create .venv-libtpu (jax, jaxlib, libtpu: the TPU compiler that tpu_workbench.tpu_compile
+    runs in a process of its own), unless already done for the current requirements."""
+    want = hashlib.sha256(LIBTPU_REQUIREMENTS.read_bytes()).hexdigest()
+    if LIBTPU_PY.exists() and LIBTPU_STAMP.exists() and LIBTPU_STAMP.read_text().strip() == want:
+        return
+    if not LIBTPU_PY.exists():
+        _run([sys.executable, "-m", "venv", str(LIBTPU_VENV)])
+    _run([str(LIBTPU_PY), "-m", "pip", "install", "-q", "-r", str(LIBTPU_REQUIREMENTS)])
+    LIBTPU_STAMP.write_text(want + "\n")
 
 
 def setup_torchtpu() -> None:
@@ -110,6 +130,7 @@ def main(argv: list[str]) -> int:
     if command == "test-torchtpu":
         return test_torchtpu(rest)
     setup()
+    setup_libtpu()
     bin_dir = VENV / "bin"
     if command == "setup":
         return 0

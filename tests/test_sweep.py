@@ -122,10 +122,16 @@ def test_one_timed_run_per_host_unless_opted_in(cluster, results):
     alone = sweep(specs, engine="ray", address=head.address)
     assert alone.ok and all(r.started < r.ended for r in alone.runs_list), alone.errors
     assert _overlaps(alone.runs_list) == []  # each node timed one run at a time
-    with pytest.warns(UserWarning, match="runs_per_host=2: .* step times contend"):
-        shared = sweep(specs, engine="ray", address=head.address, runs_per_host=2)
-    assert shared.ok, shared.errors
-    pairs = _overlaps(shared.runs_list)
+    # With the opt-in, two runs may hold one node at once; whether they do overlap depends on
+    # how fast Ray starts a second worker process there (a busy CI host: longer than a run). The
+    # first sweep leaves two warm Ray workers per node, so a later one overlaps; try up to 3.
+    for _ in range(3):
+        with pytest.warns(UserWarning, match="runs_per_host=2: .* step times contend"):
+            shared = sweep(specs, engine="ray", address=head.address, runs_per_host=2)
+        assert shared.ok, shared.errors
+        pairs = _overlaps(shared.runs_list)
+        if pairs:
+            break
     assert pairs  # the opt-in put two runs on one node's CPUs at once
     concurrent = dict(zip(shared.runs["batch_size"], shared.runs["concurrent"], strict=True))
     assert all(concurrent[a] >= 1 and concurrent[b] >= 1 for a, b in pairs)

@@ -93,8 +93,9 @@ def parse_replica_groups(text: str) -> list[list[int]]:
     """Expand a ``replica_groups=`` value into explicit groups.
 
     ``{{0,1,2,3},{4,5,6,7}}`` -> [[0,1,2,3],[4,5,6,7]]; the iota form ``[2,4]<=[8]`` ->
-    the same; ``[4,2]<=[2,4]T(1,0)`` -> [[0,4],[1,5],[2,6],[3,7]]; ``{}`` -> [] (one group of
-    every device). Also reads ``source_target_pairs={{0,1},{1,2}}``.
+    the same; ``[4,2]<=[2,4]T(1,0)`` -> [[0,4],[1,5],[2,6],[3,7]]; libtpu's
+    ``mesh['a'=2,'b'=4] {'b'}`` -> [[0,1,2,3],[4,5,6,7]] (``{'a'}``: [[0,4],[1,5],...]);
+    ``{}`` -> [] (one group of every device). Also reads ``source_target_pairs={{0,1},{1,2}}``.
     """
     text = text.strip()
     if not text or text == "{}":
@@ -111,6 +112,19 @@ def parse_replica_groups(text: str) -> list[list[int]]:
         if len(shape) != 2:
             shape = [math.prod(shape[:-1]), shape[-1]]
         return ids.reshape(shape).tolist()
+    m = re.fullmatch(r"mesh\[([^\]]*)\]\s*\{([^}]*)\}", text)
+    if m:  # newer XLA (libtpu): mesh['axis_0'=2,'axis_1'=4] {'axis_1'}, devices in mesh order
+        import numpy as np
+
+        axes = [(name, int(size)) for name, size in re.findall(r"'([^']+)'=(\d+)", m.group(1))]
+        chosen = re.findall(r"'([^']+)'", m.group(2))
+        names = [a for a, _ in axes]
+        if not axes or any(c not in names for c in chosen):
+            raise HloParseError(f"cannot read replica groups {text!r}")
+        ids = np.arange(math.prod(s for _, s in axes)).reshape([s for _, s in axes])
+        keep = [names.index(c) for c in chosen]
+        ids = ids.transpose([i for i in range(len(axes)) if i not in keep] + keep)
+        return ids.reshape(-1, math.prod(ids.shape[len(axes) - len(keep):])).tolist()
     if text.startswith("{"):
         groups = re.findall(r"\{([\d,\s]*)\}", text[1:-1] if text.endswith("}") else text)
         return [[int(x) for x in g.split(",") if x.strip()] for g in groups]

@@ -106,6 +106,10 @@ def _run_task(task: str, ctx: TaskContext, spec: dict[str, Any]) -> dict[str, An
         from .cost import cost
 
         return cost(ctx, spec)
+    if task == "trace":  # trace one step for libtpu's compiler (tpu_workbench.tpu_compile)
+        from .tpu_trace import trace
+
+        return trace(ctx, spec)
     raise ValueError(f"unknown task {task!r}")
 
 

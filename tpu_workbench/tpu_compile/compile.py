@@ -1,0 +1,295 @@
+"""The TPU's own compiler on a laptop: a model's training step, traced by torch_xla on virtual
+XLA:CPU devices (never run), compiled by libtpu for a named slice (no chip needed).
+
+Two processes, neither the caller's: a workbench worker traces the step (the ``trace`` task,
+:mod:`tpu_workbench.worker.tpu_trace`) and a fresh ``.venv-libtpu`` interpreter compiles it
+(:mod:`tpu_workbench.tpu_compile.libtpu_main`): jaxlib and torch_xla each carry an XLA, so they
+never share a process. The compile-only client allocates nothing and never locks a chip, so
+this also runs on a TPU VM beside a training job.
+
+>>> c = tpu_compile("hf:llama", "llama-3-8b", "v6e-8", layers=1)   # doctest: +SKIP
+>>> c.label, c.memory["total_bytes"], c.collectives.kind.value_counts()
+
+A compiled result is kept under ``results/tpu_compiles/`` by (HLO fingerprint, topology,
+libtpu version), with its provenance (``request.json``); asking again is instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import models, sharding
+from ..environment.chips import Slice, get_slice
+from ..environment.paths import results_dir
+from ..errors import SpecError
+from ..runs.runner import run
+from ..runs.spec import ExperimentSpec
+from ..runs.workers import WorkerPool
+from . import results
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, beside .venv-libtpu
+LIBTPU_VENV = ROOT / ".venv-libtpu"
+MAIN = Path(__file__).with_name("libtpu_main.py")
+MAX_TRACE_DEVICES = 64  # torch_xla 2.9 traces a backward pass on at most 64 virtual devices
+DTYPES = tuple(sharding.STATE_BYTES)
+INSTALL_HINT = ("set it up with `python3 scripts/dev.py setup` (it builds .venv-libtpu from "
+                "requirements-libtpu.txt: jax, jaxlib and libtpu; no TPU needed), or point "
+                "TPU_WORKBENCH_LIBTPU_PYTHON at an interpreter that has them")
+
+
+class DoesNotFit(SpecError):
+    """The TPU compiler refused the program: it needs more HBM than a chip has."""
+
+
+def libtpu_python() -> Path:
+    """The interpreter that compiles: ``TPU_WORKBENCH_LIBTPU_PYTHON`` or .venv-libtpu's."""
+    return Path(os.environ.get("TPU_WORKBENCH_LIBTPU_PYTHON", LIBTPU_VENV / "bin" / "python"))
+
+
+@functools.cache
+def libtpu_version(python: str | None = None) -> str:
+    """libtpu's version in the compiling interpreter; SpecError (how to install) if absent."""
+    python = python or str(libtpu_python())
+    if not Path(python).exists():
+        raise SpecError(f"the TPU compiler (jax + libtpu) is not installed: {python} does not "
+                        f"exist; {INSTALL_HINT}")
+    found = subprocess.run(
+        [python, "-c", "from importlib import metadata as m; import jax.experimental.topologies;"
+                       " print(m.version('libtpu'))"],
+        capture_output=True, text=True, timeout=120)
+    if found.returncode:
+        raise SpecError(f"the TPU compiler (jax + libtpu) is not usable in {python}: "
+                        f"{(found.stderr.strip().splitlines() or ['?'])[-1]}; {INSTALL_HINT}")
+    return found.stdout.strip()
+
+
+def topology_name(sl: Slice) -> tuple[str, list[int] | None]:
+    """libtpu's name of a slice's topology (``v6e:2x4``) and its chips per host where libtpu's
+    default (2x2x1) does not divide it (a one-chip slice)."""
+    bounds = [1, 1, 1] if sl.chips == 1 else None
+    return f"{sl.chip}:{sl.topology_text}", bounds
+
+
+def step_options(family: Any, preset: str, seq_len: int, dtype: str,
+                 options: dict[str, Any]) -> dict[str, Any]:
+    """Options of a traced or compiled step of `seq_len` tokens: the task's ``length`` (the
+    step's sequences are ``2 * length``), the dtype, room in the position table."""
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2 or seq_len % 2:
+        raise SpecError(f"seq_len must be an even int of at least 2, got {seq_len!r}")
+    if dtype not in DTYPES:
+        raise SpecError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    out = {**options, "length": seq_len // 2}
+    cfg = family.config(preset, **options)
+    if family.planning_dtype == "bfloat16":
+        if dtype == "bfloat16":
+            out["dtype"] = "bfloat16"
+        if family.positions(cfg) < seq_len:
+            raise SpecError(f"seq_len={seq_len} is longer than {family.name} {preset}'s "
+                            f"{family.positions_field}={family.positions(cfg)}")
+    else:
+        if dtype != "float32":
+            raise SpecError(f"dtype={dtype!r}: {family.name} builds in {family.planning_dtype} "
+                            "only; the hf:* families also build in bfloat16")
+        out["block_size"] = max(getattr(cfg, "block_size", seq_len), seq_len)
+    return out
+
+
+@dataclass
+class CompiledProgram:
+    """One HLO module compiled by libtpu for one slice: what the TPU compiler made of it.
+
+    ``memory`` (per chip, bytes, :func:`results.memory_summary`), ``ops`` (every top-level
+    op of chip 0's program, :data:`results.OP_COLUMNS`), ``collectives`` (as compiled, with
+    their ICI time), ``buffers`` (the largest HBM buffers), ``hlo_text`` (the TPU program)."""
+
+    slice: str
+    mesh: tuple[int, ...]
+    folder: Path
+    compiled: dict[str, Any]
+    cached: bool = False
+
+    @property
+    def label(self) -> str:
+        return (f"compiled for {self.slice} ({self.compiled['device_kind']}, "
+                f"{self.compiled['topology']}) by libtpu {self.compiled['libtpu']} (not run)")
+
+    @functools.cached_property
+    def hlo_text(self) -> str:
+        return (self.folder / "tpu_hlo.txt").read_text()
+
+    @functools.cached_property
+    def memory(self) -> dict[str, Any]:
+        return results.memory_summary(self.compiled, get_slice(self.slice).chip)
+
+    @functools.cached_property
+    def ops(self) -> pd.DataFrame:
+        return results.ops_frame(self.hlo_text)
+
+    @functools.cached_property
+    def collectives(self) -> pd.DataFrame:
+        sl = get_slice(self.slice)
+        return results.collectives_frame(self.hlo_text, sl.chip, self.mesh, sl.topology)
+
+    @functools.cached_property
+    def buffers(self) -> pd.DataFrame:
+        return results.buffers_frame(self.folder / "dump")
+
+
+@dataclass
+class TPUCompile(CompiledProgram):
+    """A model's training step compiled by libtpu (:func:`tpu_compile`)."""
+
+    model: str = ""
+    preset: str = ""
+    strategy: str = ""
+    batch_size: int = 0
+    seq_len: int = 0
+    dtype: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    def provenance(self) -> dict[str, Any]:
+        """What was compiled, for which slice, by which compiler, when (for a saved figure)."""
+        keep = ("topology", "chips", "device_kind", "libtpu", "jax", "compile_s", "compiled_at")
+        return {"model": self.model, "preset": self.preset, "slice": self.slice,
+                "strategy": self.strategy, "mesh": list(self.mesh),
+                "batch_size": self.batch_size, "seq_len": self.seq_len, "dtype": self.dtype,
+                "options": self.options, **{k: self.compiled.get(k) for k in keep},
+                "executions": 0}
+
+
+def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = None,
+                  retarget_from: int | None = None, timeout: float = 1800.0,
+                  what: str = "the program",
+                  provenance: dict[str, Any] | None = None) -> CompiledProgram:
+    """Compile an HLO module proto (``torch_xla._XLAC._get_xla_tensors_hlo_proto``, sharding
+    annotations included) for `slice` with libtpu, in a process of its own; cached by (HLO
+    fingerprint, topology, libtpu version). `retarget_from`: the device count of a 1-D mesh it
+    was traced on, when smaller than the slice. Raises :class:`DoesNotFit` or SpecError."""
+    sl = get_slice(slice)
+    version = libtpu_version()
+    proto = Path(proto)
+    topology, bounds = topology_name(sl)
+    key = hashlib.sha256(proto.read_bytes() + _read(proto.with_name("aliases.json")) + json.dumps(
+        [topology, bounds, retarget_from and sl.chips, version]).encode()).hexdigest()[:20]
+    folder = results_dir() / "tpu_compiles" / f"{sl.name}-{key}"
+    mesh = tuple(mesh or (sl.chips,))
+    if (folder / "compiled.json").exists():
+        return CompiledProgram(sl.name, mesh, folder,
+                               json.loads((folder / "compiled.json").read_text()), cached=True)
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    aliases = proto.with_name("aliases.json")
+    request = {"proto": str(proto.resolve()), "topology": topology, "host_bounds": bounds,
+               "out": str(partial), "retarget_from": retarget_from,
+               "aliases": json.loads(aliases.read_text()) if aliases.exists() else []}
+    (partial / "request.json").write_text(json.dumps(
+        {**request, "slice": sl.name, **(provenance or {})}, indent=1, default=str))
+    started = time.perf_counter()
+    try:
+        # The compile-only client never opens a chip, so two compiles (or a compile beside a
+        # training job on a TPU VM) need not wait on libtpu's one-process lock.
+        done = subprocess.run([str(libtpu_python()), str(MAIN), str(partial / "request.json")],
+                              capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise SpecError(f"libtpu {version} did not finish compiling {what} for {sl.name} "
+                        f"within {timeout:.0f} s") from None
+    if done.returncode:
+        error = partial / "error.txt"
+        message = error.read_text() if error.exists() else (
+            f"the compiler process ended with code {done.returncode}: "
+            + " | ".join(done.stderr.strip().splitlines()[-4:]))
+        shutil.rmtree(partial, ignore_errors=True)
+        if "RESOURCE_EXHAUSTED" in message:
+            raise DoesNotFit(f"{what} does not fit {sl.name}: libtpu {version} says "
+                             f"{_clip(message)}")
+        raise SpecError(f"libtpu {version} could not compile {what} for {sl.name}: "
+                        f"{_clip(message)}")
+    compiled = json.loads((partial / "compiled.json").read_text())
+    compiled["compiled_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    compiled["wall_s"] = time.perf_counter() - started
+    (partial / "compiled.json").write_text(json.dumps(compiled, indent=1))
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)  # whole or not at all
+    return CompiledProgram(sl.name, mesh, folder, compiled)
+
+
+def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fsdp",
+                seq_len: int = 2048, batch_size: int = 8, dtype: str | None = None,
+                layers: int | None = None, options: dict[str, Any] | None = None,
+                pool: WorkerPool | None = None, timeout: float = 1800.0,
+                on_progress: Callable[[str], None] | None = None) -> TPUCompile:
+    """Compile one training step (forward, backward, AdamW) of `model`/`preset` at global
+    `batch_size` x `seq_len` tokens for `slice` with `strategy`, on libtpu, with no chip.
+
+    `dtype`: ``bfloat16`` (hf:* default; mixed precision: fp32 weights and Adam state, bf16
+    compute) or ``float32``. `layers`: compile this many blocks instead of the model's own
+    (:func:`tpu_workbench.predict` extrapolates from one and two). Raises SpecError before any
+    work for a bad slice, strategy, batch or option; :class:`DoesNotFit` when the compiler says
+    the program needs more HBM than a chip has; SpecError naming the spec and slice for any
+    other compile error.
+    """
+    family = models.get_model(model)
+    sl = get_slice(slice)
+    strategy = sharding.strategy_name(strategy)
+    if strategy is None:
+        raise SpecError(f"strategy must be one of {', '.join(sharding.STRATEGIES)}, got None")
+    dtype = dtype or family.planning_dtype
+    opts = step_options(family, preset, seq_len, dtype, dict(options or {}))
+    if layers is not None:
+        opts[family.block_shape(family.config(preset, **opts)).layers_option] = layers
+    mesh = sharding.slice_mesh(sl, strategy)
+    ways = sharding.batch_ways(strategy, mesh)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0 \
+            or batch_size % ways:
+        raise SpecError(f"batch_size={batch_size!r} does not split over {ways} data shards "
+                        f"({strategy} on {sl.name}, mesh {'x'.join(map(str, mesh))}): use a "
+                        f"multiple of {ways}")
+    trace_mesh, retarget_from = mesh, None
+    if sl.chips > MAX_TRACE_DEVICES:
+        if len(mesh) != 1:
+            raise SpecError(f"{strategy} on {sl.name} ({sl.chips} chips, mesh "
+                            f"{'x'.join(map(str, mesh))}): slices above {MAX_TRACE_DEVICES} "
+                            "chips compile only 1-D strategies (dp, fsdp) here")
+        trace_mesh, retarget_from = (MAX_TRACE_DEVICES,), MAX_TRACE_DEVICES
+    spec = ExperimentSpec(model=model, preset=preset, mode="lazy", mesh=trace_mesh,
+                          device="cpu", strategy=strategy, batch_size=batch_size, steps=1,
+                          options=opts)
+    spec.validate()
+    version = libtpu_version()  # before the trace: a missing compiler fails fast
+    say = on_progress or (lambda _m: None)
+    say(f"tracing {model} {preset} {strategy} on {'x'.join(map(str, trace_mesh))} virtual "
+        "devices (nothing runs)")
+    traced = run(spec, task="trace", pool=pool, timeout=timeout, reuse=True)
+    what = f"{model} {preset} {strategy} (batch {batch_size} x {seq_len} tokens)"
+    say(f"compiling {what} for {sl.name} with libtpu {version}")
+    program = compile_proto(Path(traced.out_dir) / "step.pb", sl.name, mesh, retarget_from,
+                            timeout, what, {"spec": spec.to_dict(), "trace_run": traced.run_id})
+    return TPUCompile(program.slice, mesh, program.folder, program.compiled, program.cached,
+                      model=model, preset=preset, strategy=strategy, batch_size=batch_size,
+                      seq_len=seq_len, dtype=dtype, options=opts, trace=dict(traced.summary))
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes() if path.exists() else b""
+
+
+def _clip(text: str, limit: int = 600) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
