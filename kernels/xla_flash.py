@@ -89,8 +89,6 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     No mask is built for this implementation (Transformers skips it for registered ones), so
     padding masks are not applied: the task's batches have none.
     """
-    from torch_xla.experimental.custom_kernel import flash_attention
-
     if dropout or sliding_window is not None or softcap is not None:
         raise ValueError(f"the Pallas flash attention kernel has no dropout, sliding window or "
                          f"soft-capping; got dropout={dropout}, sliding_window={sliding_window}, "
@@ -108,9 +106,16 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                              (query, key, value))
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     spec, mesh = _partition(query.shape)
-    out = flash_attention(query, key, value, causal=True, sm_scale=scale, partition_spec=spec,
-                          mesh=mesh)
+    out = _kernel()(query, key, value, causal=True, sm_scale=scale, partition_spec=spec,
+                    mesh=mesh)
     return out[:, :, :seq].transpose(1, 2).contiguous(), None
+
+
+def _kernel() -> Any:
+    """torch_xla's ``flash_attention`` (imported on the first call)."""
+    from torch_xla.experimental.custom_kernel import flash_attention
+
+    return flash_attention
 
 
 def _partition(shape: torch.Size) -> tuple[tuple | None, Any]:

@@ -59,6 +59,29 @@ def test_flash_off_a_tpu_is_a_spec_error_before_anything_runs():
         family.loss(net, family.make_batch(cfg, 2, torch.Generator().manual_seed(0)))
 
 
+def test_flash_wrapper_equals_eager_attention_around_a_stand_in_kernel(monkeypatch):
+    """GQA's repeated heads, the padding to the kernel's blocks and the layout around the kernel,
+    checked on plain PyTorch: the kernel (TPU only) replaced by causal SDPA, against
+    Transformers' eager attention."""
+    from kernels import xla_flash
+
+    def stand_in(q, k, v, causal, sm_scale, partition_spec, mesh):
+        assert q.shape == k.shape == v.shape and q.shape[2] == 128  # 11 tokens padded
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                scale=sm_scale)
+
+    monkeypatch.setattr(xla_flash, "_kernel", lambda: stand_in)  # no torch_xla in this process
+    monkeypatch.setattr(xla_flash, "unavailable", lambda device: None)
+    monkeypatch.setattr(xla_flash, "_partition", lambda shape: (None, None))
+    family = models.get_model("hf:llama")
+    batch = family.make_batch(family.config("tiny"), 2, torch.Generator().manual_seed(0))
+    logits = {}
+    for impl in ("eager", "flash"):
+        torch.manual_seed(0)
+        logits[impl] = family.build(family.config("tiny", attn_implementation=impl))(batch["x"])
+    torch.testing.assert_close(logits["flash"], logits["eager"], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("model, options, message", [
     ("hf:llama", {"attn_implementation": "flash2"},
      r"attn_implementation='flash2' is not one of \('eager', 'sdpa', 'flash'\)"),
