@@ -9,6 +9,12 @@
   ``make_kernel_from_pallas`` on a TPU).
 * :mod:`kernels.check`: the numerical check against the references (relative error per shape).
 * :mod:`kernels.bench`: kernel vs XLA attention timings on a TPU (a subprocess).
+* :mod:`kernels.xla_flash`: torch_xla's own Pallas flash attention as a Transformers attention
+  implementation (the hf:* families' ``attn_implementation="flash"``), and ``tpu_lowering()``,
+  which makes torch_xla lower Pallas kernels for the TPU while a step is traced on XLA:CPU.
+* :mod:`kernels.remat`: activation checkpointing of whole blocks (the hf:* ``remat=True``),
+  torch_xla's checkpoint on XLA tensors and torch's elsewhere. Here, not in ``tpu_workbench``,
+  because only the worker package of ``tpu_workbench`` may import torch_xla.
 
 Block sizes are parameters and are validated in plain Python (ValueError naming the value and
 what is valid) before anything is traced. Importing this package does not import jax; the

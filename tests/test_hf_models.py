@@ -87,7 +87,7 @@ def test_options_override_config_and_task_fields():
     ({"hidden_size": 64.0}, r"hf:llama option hidden_size must be an int \(it is 128\), got 64\.0"),
     ({"n_digits": 20}, r"vocab_size=16 is smaller than n_digits=20"),
     ({"num_key_value_heads": 3}, r"num_key_value_heads=3 must divide num_attention_heads=8"),
-    ({"attn_implementation": "flash"}, r"attn_implementation='flash' is not one of"),
+    ({"attn_implementation": "flash2"}, r"attn_implementation='flash2' is not one of"),
     ({"num_hidden_layers": 0}, r"hf:llama num_hidden_layers must be a positive int, got 0"),
 ])
 def test_bad_options_are_named(options, message):

@@ -15,7 +15,15 @@ Attention runs Transformers' ``eager`` implementation: plain matmuls and a softm
 to XLA with no CPU fallback in lazy and compile modes (checked for all four, torch_xla 2.9).
 ``attn_implementation="sdpa"`` is an option, but Transformers then asks whether the mask is all
 ones (``padding_mask.all()`` in Python): one ``aten::_local_scalar_dense`` per step, which cuts
-a lazy step in two.
+a lazy step in two. ``attn_implementation="flash"`` is torch_xla's Pallas flash attention
+(:mod:`kernels.xla_flash`; forward and backward kernels, partitioned over the global SPMD mesh):
+it runs on a TPU only; on XLA:CPU a step can only be traced for the TPU compiler, inside
+``kernels.xla_flash.tpu_lowering()``; elsewhere the first forward raises SpecError. The kernel
+has no logit soft-capping (Gemma 2) and no sliding window: such configs are refused.
+
+``remat=True`` checkpoints each decoder layer (:mod:`kernels.remat`): torch_xla's checkpoint
+on XLA devices (its ``opt-barrier`` keeps XLA from merging the recomputation away), torch's on
+plain PyTorch.
 """
 
 from __future__ import annotations
@@ -44,10 +52,11 @@ class HFConfig:
     n_digits: int = 10  # digits are tokens 0 .. n_digits - 1 of the vocab
     batch_size: int = 16
     attn_implementation: str = "eager"
+    remat: bool = False  # activation checkpointing of each decoder layer
 
 
 TASK_FIELDS = tuple(f.name for f in dataclasses.fields(HFConfig) if f.name != "hf")
-ATTENTION_IMPLS = ("eager", "sdpa")
+ATTENTION_IMPLS = ("eager", "sdpa", "flash")
 
 
 @functools.cache
@@ -71,10 +80,11 @@ class CausalLM(nn.Module):
     """A Transformers causal LM that maps token ids (B, T) to logits (B, T, vocab), as minGPT's
     ``GPT`` does, so the sorting task's loss and accuracy apply unchanged."""
 
-    def __init__(self, hf_model: nn.Module):
+    def __init__(self, hf_model: nn.Module, flash: bool = False):
         super().__init__()
         self.hf = hf_model
         self.tied = bool(getattr(hf_model.config, "tie_word_embeddings", False))
+        self.flash = flash
 
     def _apply(self, fn, *args, **kwargs):
         # Module.to() replaces each parameter separately when the tensor type changes (CPU ->
@@ -90,6 +100,12 @@ class CausalLM(nn.Module):
         # for packed sequences with a Python `if` on a tensor (`.all()`), which on torch_xla is
         # a `.item()` (aten::_local_scalar_dense, counted as a CPU fallback): it cut every lazy
         # step into two graphs. With the mask, eager attention reads no tensor back.
+        if self.flash and not torch.compiler.is_compiling():
+            from kernels.xla_flash import unavailable
+
+            reason = unavailable(idx.device)
+            if reason:
+                raise SpecError(f"attn_implementation='flash': {reason}")
         return self.hf(input_ids=idx, attention_mask=torch.ones_like(idx),
                        use_cache=False).logits
 
@@ -112,6 +128,7 @@ class HFFamily(ModelFamily):
     planning_dtype = "bfloat16"  # real-size presets are planned as they train: in bf16
     mlp: ClassVar[str] = "gated"  # SwiGLU (Llama, Qwen2), GeGLU (Gemma 2); GPT-2: "gelu"
     layers_field: ClassVar[str] = "num_hidden_layers"
+    blocks_field: ClassVar[str] = "layers"  # the decoder layers in the base model (remat)
 
     # minGPT's sorting task: batches, cross entropy on the sorted half, its accuracy, decoding.
     make_batch = MinGPTFamily.make_batch
@@ -152,7 +169,7 @@ class HFFamily(ModelFamily):
         except (TypeError, ValueError) as e:
             raise SpecError(f"{self.name}: transformers rejects the config "
                             f"{cfg.hf}: {e}") from e
-        hf_cfg._attn_implementation = cfg.attn_implementation
+        hf_cfg._attn_implementation = _attention_name(cfg.attn_implementation)
         return hf_cfg
 
     def check_config(self, cfg: HFConfig) -> None:
@@ -163,6 +180,8 @@ class HFFamily(ModelFamily):
         if cfg.attn_implementation not in ATTENTION_IMPLS:
             raise SpecError(f"{self.name} attn_implementation={cfg.attn_implementation!r} is "
                             f"not one of {ATTENTION_IMPLS}")
+        if not isinstance(cfg.remat, bool):
+            raise SpecError(f"{self.name} remat must be True or False, got {cfg.remat!r}")
         if cfg.n_digits < 2:
             raise SpecError(f"{self.name} n_digits must be at least 2, got {cfg.n_digits}")
         hf_cfg = self.hf_config(cfg)
@@ -183,21 +202,54 @@ class HFFamily(ModelFamily):
             if heads % kv_heads:
                 raise SpecError(f"{self.name} {self.head_fields[1]}={kv_heads} must divide "
                                 f"{self.head_fields[0]}={heads}")
+        if cfg.attn_implementation == "flash":
+            self._check_flash(hf_cfg)
+
+    def _check_flash(self, hf_cfg: Any) -> None:
+        """What the Pallas kernel cannot do, named before anything is built."""
+        from kernels.xla_flash import head_dim_problem
+
+        problem = head_dim_problem(self.transformer_shape_of(hf_cfg).head_dim)
+        softcap = getattr(hf_cfg, "attn_logit_softcapping", None)
+        window = getattr(hf_cfg, "sliding_window", None)
+        if softcap is not None:
+            problem = (f"attn_logit_softcapping={softcap}: the Pallas kernel has no "
+                       "soft-capping")
+        elif window is not None and "sliding_attention" in (getattr(hf_cfg, "layer_types", None)
+                                                            or ()):
+            problem = (f"sliding_window={window}: the Pallas kernel is causal over the whole "
+                       "sequence, with no window")
+        if problem:
+            raise SpecError(f"{self.name} attn_implementation='flash': {problem}; use eager or "
+                            "sdpa")
 
     # ---- model ----------------------------------------------------------------------------
     def build(self, cfg: HFConfig) -> nn.Module:
         from transformers import AutoModelForCausalLM
 
         hf_cfg = self.hf_config(cfg)
-        return CausalLM(AutoModelForCausalLM.from_config(
-            hf_cfg, attn_implementation=cfg.attn_implementation))
+        if cfg.attn_implementation == "flash":
+            from kernels.xla_flash import register
+
+            register()
+        hf_model = AutoModelForCausalLM.from_config(
+            hf_cfg, attn_implementation=hf_cfg._attn_implementation)
+        if cfg.remat:
+            from kernels.remat import checkpoint_blocks
+
+            checkpoint_blocks(getattr(hf_model.base_model, self.blocks_field))
+        return CausalLM(hf_model, flash=cfg.attn_implementation == "flash")
 
     def model_axis_widths(self, cfg: HFConfig) -> dict[str, int]:
         hf_cfg = self.hf_config(cfg)
         return {f: getattr(hf_cfg, f) for f in self.head_fields}
 
     def transformer_shape(self, cfg: HFConfig) -> TransformerShape:
-        hf = self.hf_config(cfg)  # GPT-2's n_embd, n_layer... answer to the common names too
+        return self.transformer_shape_of(self.hf_config(cfg))
+
+    def transformer_shape_of(self, hf: Any) -> TransformerShape:
+        """The shape of a Transformers config object (GPT-2's n_embd, n_layer... answer to the
+        common names too)."""
         heads = hf.num_attention_heads
         hidden = hf.hidden_size
         inner = getattr(hf, "intermediate_size", None) or getattr(hf, "n_inner", None)
@@ -262,6 +314,16 @@ class HFFamily(ModelFamily):
         return {**{k: getattr(cfg, k) for k in TASK_FIELDS if k != "batch_size"}, **cfg.hf}
 
 
+def _attention_name(impl: str) -> str:
+    """Transformers' name of an ``attn_implementation``: flash is registered as
+    ``kernels.xla_flash.IMPLEMENTATION`` (a name without "flash", which Transformers reserves)."""
+    if impl != "flash":
+        return impl
+    from kernels.xla_flash import IMPLEMENTATION
+
+    return IMPLEMENTATION
+
+
 def _check_type(model: str, key: str, value: Any, current: Any) -> None:
     """An option has the type of the value it replaces (True is no int, 2.0 no int)."""
     if current is None or current is inspect.Parameter.empty:
@@ -299,6 +361,7 @@ class GPT2Family(HFFamily):
     model_type = "gpt2"
     mlp = "gelu"
     layers_field = "n_layer"
+    blocks_field = "h"
     head_fields = ("n_head",)
     positions_field = "n_positions"
     size_fields = ("vocab_size", "n_embd", "n_layer", "n_head")
