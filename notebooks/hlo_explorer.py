@@ -5,10 +5,12 @@ app = marimo.App(width="medium", app_title="HLO explorer: what XLA compiled")
 
 with app.setup:
     import marimo as mo
+    import pandas as pd
 
     import tpu_workbench as wb
     from tpu_workbench import hlo, profiling
     from tpu_workbench import notebook as nb
+    from tpu_workbench.models import get_model
 
     SMOKE = wb.smoke_mode()
     HLO_MODES = wb.hlo_modes()  # the modes that compile HLO here
@@ -204,6 +206,75 @@ def _(module_diff):
     nb.table(module_diff[module_diff["delta"] != 0][["kind", "item", "a", "b", "delta"]]
              .rename(columns={"a": "lazy", "b": "dynamo", "delta": "dynamo - lazy"}),
              page_size=8, label="what differs (counts)")
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## The same step, as a TPU v6e compiles it
+
+    Everything above is XLA:CPU's optimised program: its fusions, its layouts, its bytes. The
+    TPU's compiler, libtpu, makes a different program of the same step, and it runs here too
+    with no chip: the workbench traces the step (weights, Adam state and batch as inputs of
+    the program, nothing run) and libtpu compiles it for one v6e chip. Side by side: what each
+    compiler made of one training step of the model above.
+    """)
+    return
+
+
+@app.cell
+def _():
+    tpu_button = mo.ui.run_button(label="compile for a v6e-1 with libtpu (seconds for the "
+                                        "small models, cached afterwards)")
+    tpu_button
+    return (tpu_button,)
+
+
+@app.cell
+def _(model_name, ops_after, tpu_button):
+    mo.stop(not tpu_button.value,
+            mo.md("_Press the button: nothing is compiled for the TPU before that._"))
+    _family = get_model(model_name)
+    _cfg = _family.config("tiny")
+    try:  # the transformer families: their step's sequence is 2 x the task's length
+        with mo.status.spinner(title="libtpu compiles the step for a v6e-1"):
+            tpu = wb.tpu_compile(model_name, "tiny", "v6e-1", "dp",
+                                 seq_len=2 * getattr(_cfg, "length", 1),
+                                 batch_size=_family.default_batch_size(_cfg))
+        tpu_error = None
+    except wb.WorkbenchError as _exc:
+        tpu, tpu_error = None, _exc
+    mo.stop(tpu_error is not None,
+            mo.callout(mo.md(f"**Not compiled for the TPU.** {tpu_error}"), kind="warn"))
+    _tpu_ops = hlo.instructions(tpu.hlo_text)
+    _rows = [
+        ("instructions", len(ops_after), len(_tpu_ops)),
+        ("fusions", int((ops_after["opcode"] == "fusion").sum()),
+         int((_tpu_ops["opcode"] == "fusion").sum())),
+        ("top-level ops (the kernels it runs)", int(ops_after["is_entry"].sum()),
+         len(tpu.ops)),
+    ]
+    mo.vstack([
+        mo.md(f"**{tpu.label}.** FLOPs per step by libtpu's count: "
+              f"{tpu.ops['flops'].sum() / 1e9:,.3f} GFLOP; bytes its ops read and write: "
+              f"{tpu.ops['bytes'].sum() / 1e6:,.1f} MB; HBM per chip: "
+              f"{tpu.memory['total_bytes'] / 1e6:,.1f} MB of "
+              f"{tpu.memory['hbm_bytes'] / 1e9:.0f} GB."),
+        nb.table(pd.DataFrame(_rows, columns=["", "XLA:CPU", "v6e (libtpu)"]),
+                 label="one training step, two compilers"),
+        mo.hstack([wb.charts.op_mix(ops_after, top=12, scope="entry", title="XLA:CPU"),
+                   wb.charts.op_mix(_tpu_ops, top=12, scope="entry",
+                                    title="TPU v6e (libtpu)")], justify="start", gap=1),
+    ])
+    return (tpu,)
+
+
+@app.cell
+def _(tpu):
+    nb.table(tpu.ops.sort_values("bytes", ascending=False)[
+        ["name", "opcode", "fusion_kind", "shape", "flops", "bytes", "vmem_bytes"]],
+        page_size=8, label="the TPU program's ops, most bytes first (per chip)")
     return
 
 

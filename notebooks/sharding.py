@@ -358,15 +358,17 @@ def _():
     mo.md(r"""
     ## Plan a run: predicted step time on a TPU slice
 
-    Before renting a slice: how fast would this model train on it, and what would hold it
-    back? The workbench compiles the training step on the slice's mesh of virtual devices (it
-    never runs it: partitioned by the same SPMD partitioner as on a TPU, then optimised by
-    XLA:CPU, not by the TPU's compiler), takes XLA's FLOPs and bytes per device and the
-    collectives XLA inserted, and times them on the chip's published figures. A large model is
-    compiled with one and two blocks at its real width and scaled to all its blocks. Every
+    Before renting a slice: does this model fit it, how fast would it train, and what would
+    hold it back? The workbench traces the training step here (torch_xla on virtual devices;
+    nothing runs) and hands it to **libtpu, the TPU's own compiler**, for each slice: the
+    compiler partitions it, fuses it, schedules its collectives and assigns every buffer of
+    a chip's HBM, as it would on the TPU VM. From that compiled program the step time is
+    predicted: each op on the chip's roofline, the collectives on the slice's torus, the
+    asynchronous ones hidden behind compute where there is compute to hide them. A large model
+    is compiled with one and two blocks at its real width and scaled to all its blocks. Every
     number below is **predicted**, not measured; the assumptions are listed under the chart.
-    The fit check beside it says whether the plan fits the chips' HBM: a plan that does not
-    fit is not predicted.
+    The memory per chip is the compiler's; the analytic estimate (instant, beside it) shows
+    how far a formula gets.
     """)
     return
 
@@ -377,7 +379,7 @@ def _():
     plan = mo.md("""
     {model} {preset} {slices} {strategies}
 
-    {seq_len} {batch} {recompute}
+    {seq_len} {batch} {recompute} {attention}
     """).batch(
         model=mo.ui.dropdown(wb.model_names(), value="hf:llama" if _hf else "mingpt",
                              label="model"),
@@ -391,9 +393,11 @@ def _():
         seq_len=mo.ui.number(start=2, stop=131072, step=2, value=2048 if _hf else 16,
                              label="sequence length"),
         batch=mo.ui.number(start=1, stop=65536, value=32 if _hf else 8, label="global batch"),
-        recompute=mo.ui.checkbox(value=_hf, label="activation recomputation"),
-    ).form(submit_button_label="predict (compiles: about a minute per slice and strategy "
-                 "for Llama-3-8B, up to 20 GB of host memory)")
+        recompute=mo.ui.checkbox(value=_hf, label="activation checkpointing (hf:*)"),
+        attention=mo.ui.dropdown(["eager", "flash"], value="flash" if _hf else "eager",
+                                 label="attention (flash: torch_xla's Pallas kernel, hf:*)"),
+    ).form(submit_button_label="predict (libtpu compiles each slice and strategy: about "
+                 "2 minutes for Llama-3-8B's blocks on 2 cores, then cached)")
     plan
     return (plan,)
 
@@ -408,8 +412,11 @@ def _(plan):
                        recompute=_v["recompute"])
     try:
         fit_plan = wb.fit_check(_v["model"], _v["preset"].strip(), **plan_kwargs)
-        with mo.status.spinner(title="compiling the step on each slice's mesh"):
-            predicted = wb.predict(_v["model"], _v["preset"].strip(), **plan_kwargs)
+        with mo.status.spinner(title="libtpu compiles the step for each slice") as _spin:
+            predicted = wb.predict(
+                _v["model"], _v["preset"].strip(), **plan_kwargs,
+                attention=None if _v["attention"] == "eager" else _v["attention"],
+                on_progress=lambda _m: _spin.update(subtitle=_m))
         plan_error = None
     except wb.WorkbenchError as _exc:
         fit_plan, predicted, plan_error = None, None, _exc
@@ -424,13 +431,17 @@ def _(plan_error, predicted):
     mo.stop(plan_error is not None or predicted is None)
     _show = pd.DataFrame({
         "slice": predicted["slice"], "strategy": predicted["strategy"],
-        "fits": predicted["fits"],
-        "predicted compute only (ms)": predicted["predicted_roofline_ms"].round(1),
-        "predicted, perfect overlap (ms)": predicted["predicted_step_min_ms"].round(1),
-        "predicted, no overlap (ms)": predicted["predicted_step_max_ms"].round(1),
-        "predicted MFU": [f"{a:.0%} - {b:.0%}" if a == a else "-" for a, b in zip(
-            predicted["predicted_mfu_min"], predicted["predicted_mfu_max"], strict=True)],
-        "predicted bottleneck": predicted["bottleneck"].fillna("does not fit"),
+        "fits (compiler)": predicted["fits"],
+        "HBM per chip, compiler (GB)": predicted["compiler_memory_gb"].round(1),
+        "HBM per chip, estimate (GB)": predicted["estimated_memory_gb"].round(1),
+        "predicted step (ms)": predicted["predicted_step_ms"].round(1),
+        "range (ms)": [f"{a:,.0f} - {b:,.0f}" if a == a else "-" for a, b in zip(
+            predicted["predicted_step_min_ms"], predicted["predicted_step_max_ms"],
+            strict=True)],
+        "predicted MFU": predicted["predicted_mfu"].map(
+            lambda _m: f"{_m:.0%}" if _m == _m else "-"),
+        "bottleneck": predicted["bottleneck"].fillna("-"),
+        "why not": predicted["reason"].fillna(""),
     })
     mo.vstack([
         nb.table(_show, label="predicted per slice and strategy (not measured)"),

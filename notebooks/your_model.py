@@ -349,6 +349,61 @@ def _(fit):
 @app.cell(hide_code=True)
 def _():
     mo.md(r"""
+    ### Ask the TPU's compiler
+
+    The table above is a formula. libtpu, the TPU's own compiler, gives the real answer for a
+    slice with no chip: it compiles the step (one and two blocks at full width, scaled to all
+    of them) and assigns every buffer of a chip's HBM. Its figure beside the formula's, and
+    the step time predicted from its program:
+    """)
+    return
+
+
+@app.cell
+def _():
+    compiler_slice = mo.ui.dropdown(["v6e-8", "v6e-16", "v6e-32"], value="v6e-8",
+                                    label="slice")
+    ask_compiler = mo.ui.run_button(label="compile with libtpu (fsdp; about 2 minutes for an "
+                                          "8B model on 2 cores, cached afterwards)")
+    mo.hstack([compiler_slice, ask_compiler], justify="start", gap=2)
+    return ask_compiler, compiler_slice
+
+
+@app.cell
+def _(ask_compiler, compiler_slice, global_batch, model_ref, plan_preset, recompute,
+      seq_len):
+    mo.stop(not ask_compiler.value,
+            mo.md("_Press **compile with libtpu**: nothing is compiled before that._"))
+    try:
+        with mo.status.spinner(title="libtpu compiles the step") as _spin:
+            compiled_plan = wb.predict(model_ref, plan_preset.value,
+                                       slices=[compiler_slice.value], strategies=["fsdp"],
+                                       seq_len=int(seq_len.value),
+                                       batch_size=int(global_batch.value),
+                                       recompute=recompute.value,
+                                       on_progress=lambda _m: _spin.update(subtitle=_m))
+        _error = None
+    except wb.WorkbenchError as exc:
+        compiled_plan, _error = None, exc
+    mo.stop(_error is not None, nb.failed_run_callout("compile for the TPU", _error))
+    _r = compiled_plan.iloc[0]
+    _memory = (f"**{_r['compiler_memory_gb']:.1f} GB per chip** by the compiler; the formula "
+               f"said {_r['estimated_memory_gb']:.1f} GB ({_r['estimate_error']:+.0%})"
+               if _r["compiler_memory_gb"] == _r["compiler_memory_gb"] else "")
+    mo.callout(mo.md(
+        f"{_r['slice']} fsdp: {'fits' if _r['fits'] else 'does not fit'}. {_memory}. "
+        + (f"Predicted step: {_r['predicted_step_ms']:,.0f} ms, MFU "
+           f"{_r['predicted_mfu']:.0%}, {_r['bottleneck']}-bound (compiled for the slice by "
+           f"libtpu {_r['libtpu']}, not run)." if _r["predicted_step_ms"] == _r[
+               "predicted_step_ms"] else "")
+        + (f" Why not: {_r['reason']}" if not _r["fits"] else "")),
+        kind="success" if _r["fits"] else "warn")
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
     ## Exercise
 
     For the preset, sequence length and batch above, **what is the smallest v6e slice on which

@@ -72,6 +72,25 @@ def test_step_prediction_overlap_range_mfu_and_bottleneck():
     assert busy["bottleneck"] == "compute" and busy["predicted_step_min_ms"] == 1.5
     hbm = steptime.predict_step({**total, "hbm_s": 3e-3}, "v6e", 8, model_flops)
     assert hbm["bottleneck"] == "HBM"
+    assert p["predicted_step_ms"] == pytest.approx(4.0)  # the program waits on every one
+
+
+def test_asynchronous_collectives_hide_behind_compute_as_far_as_it_goes():
+    """1.5 ms of ops; a collective the program waits on adds its time, an asynchronous one only
+    what the ops cannot hide; compute runs at the efficiency asked for."""
+    base = {"compute_s": 1e-3, "hbm_s": 0.5e-3, "flops": 1.0, "bytes": 1.0}
+    hidden = steptime.predict_step({**base, "ici_async_s:data": 1e-3}, "v6e", 8, 1.0)
+    assert hidden["predicted_step_ms"] == pytest.approx(1.5)
+    assert (hidden["predicted_step_min_ms"], hidden["predicted_step_max_ms"]) == \
+        pytest.approx((1.5, 2.5))
+    longer = steptime.predict_step({**base, "ici_async_s:data": 2e-3}, "v6e", 8, 1.0)
+    assert longer["predicted_step_ms"] == pytest.approx(2.0)
+    mixed = steptime.predict_step({**base, "ici_s:data": 0.25e-3, "ici_async_s:data": 1e-3},
+                                  "v6e", 8, 1.0, efficiency=0.5)
+    assert mixed["predicted_compute_ms"] == pytest.approx(2.0)
+    assert mixed["predicted_step_ms"] == pytest.approx(2.0 + 0.5 + 0.25)
+    with pytest.raises(SpecError, match="efficiency"):
+        steptime.predict_step(base, "v6e", 8, 1.0, efficiency=0)
 
 
 def test_extrapolate_adds_what_one_block_adds():
@@ -124,8 +143,10 @@ def test_bad_input_is_refused_before_anything_compiles():
                        "n_positions=1024"):
         predict("hf:gpt2", "gpt2", slices=["v6e-8"], batch_size=8, seq_len=4096,
                 pool=_NoPool())
-    # Llama-3-8B on one v6e chip: 64 GB of bf16 weights, grads and moments; nothing fits
-    with pytest.raises(SpecError, match="no plan fits, nothing to predict: v6e-1 fsdp"):
+    # Llama-3-8B on one v6e chip: 16 bytes per parameter (fp32 weights, grads and moments) is
+    # 128 GB before any activation; nothing fits, nothing is traced
+    with pytest.raises(SpecError, match=r"no plan fits, nothing to predict: .*alone.* v6e-1 "
+                       r"fsdp: 128\.5 GB > 28\.8 GB"):
         predict("hf:llama", "llama-3-8b", slices=["v6e-1"], strategies=["fsdp"],
                 batch_size=1, pool=_NoPool())
 

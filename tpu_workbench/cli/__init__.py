@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = 
               _subcommand("cache", "cache")),
     "docs": ("export every notebook into a static site that works offline",
              _subcommand("docs", "docs")),
+    "compile": ("a step compiled by libtpu for a TPU slice, no chip: memory, ops, collectives",
+                _subcommand("compile", "compile")),
     "predict": ("predicted TPU step time, MFU and bottleneck per slice and strategy",
                 _subcommand("predict", "predict")),
     "generate": ("decode strategies x modes: tokens.csv, summary.csv and charts",

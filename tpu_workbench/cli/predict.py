@@ -1,6 +1,6 @@
-"""``tpu-workbench predict``: predicted step time, MFU range and bottleneck of a model per TPU
-slice and strategy, from its partitioned step compiled here (never run); predict.csv and a
-chart."""
+"""``tpu-workbench predict``: predicted step time, MFU and bottleneck of a model per TPU slice
+and strategy, from its step compiled for each slice by libtpu (never run), with the compiler's
+memory per chip; predict.csv and a chart."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 from ..errors import SpecError
 
-SHOWN = ["slice", "strategy", "mesh", "fits", "predicted_roofline_ms", "predicted_step_min_ms",
-         "predicted_step_max_ms", "predicted_mfu_min", "predicted_mfu_max", "bottleneck",
-         "predict_s"]
+SHOWN = ["slice", "strategy", "mesh", "fits", "compiler_memory_gb", "estimated_memory_gb",
+         "predicted_step_ms", "predicted_step_min_ms", "predicted_step_max_ms", "predicted_mfu",
+         "bottleneck", "predict_s"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
                         help="training dtype (default: bfloat16 for hf:*, else float32)")
     parser.add_argument("--recompute", action="store_true",
-                        help="activation recomputation (fit check and 4/3 of the compute)")
+                        help="activation checkpointing per block (hf:* remat)")
+    parser.add_argument("--attention", default=None, choices=("eager", "sdpa", "flash"),
+                        help="hf:* attention; flash: torch_xla's Pallas kernel")
     parser.add_argument("--whole", action="store_true",
                         help="compile the whole model, not one and two blocks")
     parser.add_argument("--out", type=Path, default=Path("predict"), help="output folder")
@@ -46,20 +48,21 @@ def predict(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     frame = run_predict(args.model, args.preset, slices=slices, strategies=strategies,
                         seq_len=args.seq_len, batch_size=args.batch, dtype=args.dtype,
-                        recompute=args.recompute, whole=args.whole or None,
+                        recompute=args.recompute, attention=args.attention,
+                        whole=args.whole or None,
                         on_progress=lambda m: print(m, file=sys.stderr, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / "predict.csv.tmp"
     frame.to_csv(tmp, index=False)
     tmp.replace(args.out / "predict.csv")  # whole or not at all
     written = [args.out / "predict.csv"]
-    if frame["predicted_step_max_ms"].notna().any():
+    if frame["predicted_step_ms"].notna().any():
         written += save_chart(predicted_step_times(frame), args.out, "predict")
     print(f"PREDICTED (not measured) for {args.model} {args.preset}, global batch "
           f"{args.batch}, seq {args.seq_len}:")
     print(frame[SHOWN].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for _, row in frame[~frame["fits"]].iterrows():
-        print(f"  {row['slice']} {row['strategy']}: not predicted, does not fit: {row['reason']}")
+        print(f"  {row['slice']} {row['strategy']}: does not fit: {row['reason']}")
     print("Assumptions:\n" + "\n".join(f"  - {a}" for a in frame.attrs["assumptions"]))
     print(f"{time.perf_counter() - started:.0f} s; wrote " + ", ".join(map(str, written)))
     return 0

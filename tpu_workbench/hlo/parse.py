@@ -275,8 +275,58 @@ class HloModule:
         edges: dict[str, list[tuple[str, int]]] = {c.name: [] for c in self.computations}
         for comp in self.computations:
             for inst in comp.instructions:
-                edges[comp.name] += callees(inst.opcode, inst.attributes)
+                trips = self.trip_count(inst) if inst.opcode == "while" else None
+                edges[comp.name] += callees(inst.opcode, inst.attributes, trips)
         return propagate(self.entry.name, edges)
+
+    def trip_count(self, inst: HloInstruction) -> int:
+        """How often a while loop's body runs: XLA's ``known_trip_count``, else read from the
+        loop when its condition is ``counter < N`` and its body adds a constant step to the
+        counter (the loops the TPU compiler writes, such as its windowed matmuls, which count
+        from 0 by 2: a chunk from each side per step), else 1."""
+        m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)',
+                      inst.attributes.get("backend_config", ""))
+        if m:
+            return int(m.group(1))
+        comps = {c.name: c for c in self.computations}
+        cond = comps.get(next(iter(names(inst.attributes.get("condition", ""))), ""))
+        body = comps.get(next(iter(names(inst.attributes.get("body", ""))), ""))
+        if cond is None or body is None:
+            return 1
+        root = _root(cond)
+        if root is None or root.opcode != "compare" or len(root.operands) != 2 \
+                or root.attributes.get("direction") != "LT":
+            return 1
+        counter, bound = (_find(cond, n) for n in root.operands)
+        if counter is None or counter.opcode != "get-tuple-element" \
+                or _constant(bound) is None:
+            return 1
+        out = _root(body)
+        index = int(counter.attributes.get("index", -1))
+        if out is None or out.opcode != "tuple" or not 0 <= index < len(out.operands):
+            return 1
+        update = _find(body, out.operands[index])
+        step = None
+        if update is not None and update.opcode == "add":
+            step = next((_constant(_find(body, n)) for n in update.operands
+                         if _constant(_find(body, n)) is not None), None)
+        return -(-_constant(bound) // step) if step else 1
+
+
+def _root(comp: HloComputation) -> HloInstruction | None:
+    return next((i for i in comp.instructions if i.is_root), None)
+
+
+def _find(comp: HloComputation, name: str) -> HloInstruction | None:
+    return next((i for i in comp.instructions if i.name == name), None)
+
+
+def _constant(inst: HloInstruction | None) -> int | None:
+    """The value of an integer scalar constant, else None."""
+    if inst is None or inst.opcode != "constant":
+        return None
+    found = re.search(r"constant\((-?\d+)\)", inst.text)
+    return int(found.group(1)) if found else None
 
 
 def names(value: str) -> list[str]:
@@ -435,12 +485,14 @@ def as_modules(source: HloLike | Sequence[HloLike]) -> list[HloModule]:
     return out
 
 
-def callees(opcode: str, attributes: dict[str, str]) -> list[tuple[str, int]]:
+def callees(opcode: str, attributes: dict[str, str],
+            trips: int | None = None) -> list[tuple[str, int]]:
     """(computation, times per call) that an instruction runs as part of its own work: fused
-    and called computations, while bodies (times = XLA's known_trip_count when the backend
-    config has it, else 1), conditional branches (each counted once)."""
-    trips = 1
-    if opcode == "while":
+    and called computations, while bodies (times = `trips`, else XLA's known_trip_count when
+    the backend config has it, else 1), conditional branches (each counted once)."""
+    if trips is None:
+        trips = 1
+    if opcode == "while" and trips == 1:
         m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)',
                       attributes.get("backend_config", ""))
         trips = int(m.group(1)) if m else 1

@@ -1,11 +1,12 @@
-"""Plan a TPU run from a laptop: compile a model's step on the slice's mesh of virtual devices
-(never running it), and predict its step time, MFU range and bottleneck per slice and strategy
-with :mod:`tpu_workbench.planning.steptime`.
+"""Plan a TPU run from a laptop: the step compiled for each slice by the TPU's own compiler
+(:func:`tpu_workbench.tpu_compile.tpu_compile`, nothing runs), its memory per chip as the
+compiler assigned it, and its step time, MFU and bottleneck predicted from the compiled program
+(:mod:`tpu_workbench.planning.steptime`).
 
 A model too large to compile whole here is compiled with one and with two blocks at its real
-width (:func:`tpu_workbench.planning.steptime.extrapolate` scales the difference to all its blocks).
-A plan that does not fit the slice's HBM (:func:`tpu_workbench.sharding.fit_table`) is not
-compiled: its row says why and predicts nothing.
+width (:func:`tpu_workbench.planning.steptime.extrapolate` scales the difference to all its
+blocks; memory likewise). The analytic fit check (:func:`tpu_workbench.sharding.fit_table`)
+stays as the instant estimate beside the compiler's figure, with its error.
 """
 
 from __future__ import annotations
@@ -13,91 +14,86 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from .. import models, sharding
-from ..environment.chips import get_slice
+from ..environment.chips import get_chip, get_slice
 from ..errors import SpecError
-from ..runs.runner import run
-from ..runs.spec import ExperimentSpec
 from ..runs.workers import WorkerPool
+from ..tpu_compile import DoesNotFit, TPUCompile, tpu_compile
+from ..tpu_compile.compile import step_options
 from . import steptime
 
 DTYPES = tuple(sharding.STATE_BYTES)  # the dtypes the one memory convention knows
-RECOMPUTE_FACTOR = 4 / 3  # forward + backward = 3 forward passes; recomputation adds one more
-# The HLO is what is wanted, not a fast CPU binary: skip LLVM's optimisations of the kernels
-# XLA:CPU emits (they do not change the optimised HLO the cost analysis reads).
-COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+
+# The fraction of a chip's bf16 peak that the compute-bound ops of a compiled step reach: the
+# one constant fitted to a published run. Fitted to MaxText's Llama-3.1-8B on a v6e-8 (FSDP,
+# seq 8192, global batch 24, flash attention, remat; 3.443 s per step: AI-Hypercomputer/
+# tpu-recipes, training/trillium/Llama3.1-8B-MaxText/v6e-8/README.md @ac200eb) with this
+# workbench's own step of that model (torch_xla's flash kernel, every block rematerialised);
+# checked on the v6e-16 ... v6e-256 runs of the same recipes (scripts/bench_predict.py; the
+# table is in the project notes). It absorbs what a roofline of the compiled ops leaves out:
+# the MXU's real efficiency, and MaxText's lighter remat policy.
+MXU_EFFICIENCY = 0.6
+MXU_EFFICIENCY_SOURCE = ("fitted to MaxText Llama-3.1-8B, v6e-8, FSDP, seq 8192, batch 24: "
+                         "3.443 s/step (tpu-recipes v6e-8 README @ac200eb)")
+
+MEMORY_PARTS = ("arguments", "outputs", "aliased", "temp")
+COMPILED_COLUMNS = ["compiler_memory_gb", "estimate_error", "libtpu", "compiled_for",
+                    "compile_s", "predict_s"]
 
 
-def _plan_options(family: Any, preset: str, seq_len: int, dtype: str,
-                  options: dict[str, Any]) -> dict[str, Any]:
-    """Options of the compiled specs: the task's length for `seq_len` tokens (the cost task
-    compiles sequences of ``2 * length``), the dtype, room in the position table."""
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2 or seq_len % 2:
-        raise SpecError(f"seq_len must be an even int of at least 2, got {seq_len!r}")
-    if dtype not in DTYPES:
-        raise SpecError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    out = {**options, "length": seq_len // 2}
-    cfg = family.config(preset, **options)
-    if family.planning_dtype == "bfloat16":
-        if dtype == "bfloat16":
-            out["dtype"] = "bfloat16"
-        if family.positions(cfg) < seq_len:
-            raise SpecError(f"seq_len={seq_len} is longer than {family.name} {preset}'s "
-                            f"{family.positions_field}={family.positions(cfg)}")
-    else:
-        if dtype != "float32":
-            raise SpecError(f"dtype={dtype!r}: {family.name} builds in {family.planning_dtype} "
-                            "only; the hf:* families also build in bfloat16")
-        out["block_size"] = max(getattr(cfg, "block_size", seq_len), seq_len)
-    return out
-
-
-def compiled_totals(result: Any, chip: str, mesh: Sequence[int], topology: Sequence[int],
-                    dtype: str | None = None) -> dict[str, float]:
-    """:func:`steptime.totals` of a cost run's partitioned step (its after-optimisations HLO)."""
-    from .. import hlo
-    from ..sharding.memory import step_file
-
-    step = step_file(Path(result.out_dir) / "hlo", "after_optimizations.txt")
-    if step is None:
-        raise SpecError(f"the cost run {result.run_id} dumped no after-optimisations HLO")
-    mods = hlo.parse_modules(step.read_text())  # parsed once: a block's step is ~1 MB of text
-    precision = result.summary.get("mat_mul_precision", "default")
-    ops = steptime.op_times(hlo.per_op_cost(mods), chip, precision=precision, dtype=dtype)
-    # collectives_frame reads its HLO through hlo.collectives, which takes an instructions frame
-    coll = sharding.collectives_frame(None, chip, hlo_text=hlo.instructions(mods),
-                                      mesh_shape=tuple(mesh), topology=tuple(topology))
-    return steptime.totals(ops, coll)
+def _program_totals(program: TPUCompile, chip: str) -> dict[str, float]:
+    """:func:`steptime.totals` of a compiled step, and its memory parts (bytes, ``mem:*``).
+    FLOPs the compiler counts that no HLO op shows (Pallas kernels: flash attention, a custom
+    call to XLA) are one more compute-bound op."""
+    ops = program.ops
+    # The compiler's total counts each loop body once, as XLA's cost analysis does: compare it
+    # with the ops counted that way too.
+    counted_once = (ops["flops"] / ops["trips"]).sum()
+    kernels = max(0.0, float(program.compiled["cost"].get("flops", 0.0)) - counted_once)
+    if kernels:
+        ops = pd.concat([ops, pd.DataFrame([{"name": "pallas kernels", "opcode": "custom-call",
+                                             "shape": "", "flops": kernels, "bytes": 0.0}])],
+                        ignore_index=True)
+    total = steptime.totals(steptime.op_times(ops, chip, dtype="bfloat16"), program.collectives)
+    total["kernel_flops"] = kernels
+    total.update({f"mem:{k}": float(program.memory[k]) for k in MEMORY_PARTS})
+    return total
 
 
 def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
             strategies: Sequence[str] = ("fsdp",), seq_len: int = 2048, batch_size: int = 32,
-            dtype: str | None = None, recompute: bool = False, whole: bool | None = None,
-            options: dict[str, Any] | None = None, pool: WorkerPool | None = None,
-            timeout: float = 1800.0,
+            dtype: str | None = None, recompute: bool = False, attention: str | None = None,
+            whole: bool | None = None, options: dict[str, Any] | None = None,
+            pool: WorkerPool | None = None, timeout: float = 1800.0,
             on_progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Predicted step time of `model`/`preset` training on each slice with each strategy, at
-    global `batch_size` and `seq_len` tokens: one row per (slice, strategy), columns
-    :data:`steptime.PREDICTION_COLUMNS` plus ``fits``, ``reason``, ``layers``, ``method``
-    (``whole`` or ``blocks``: one and two blocks compiled and extrapolated), ``predict_s``
-    (wall time of the row) and ``executions`` (0: nothing ran). Every number is a prediction;
-    ``frame.attrs["assumptions"]`` lists what they assume.
+    global `batch_size` and `seq_len` tokens, from its step compiled by libtpu for that slice:
+    one row per (slice, strategy), columns :data:`steptime.PREDICTION_COLUMNS` plus ``fits``
+    and ``reason`` (the compiler's verdict), ``compiler_memory_gb`` (per chip),
+    ``estimated_memory_gb`` (the analytic convention) and ``estimate_error``, ``layers``,
+    ``method`` (``whole``, or ``blocks``: one and two compiled, extrapolated), ``libtpu``,
+    ``predict_s`` and ``executions`` (0: nothing ran). ``frame.attrs["assumptions"]`` lists what
+    the numbers assume.
 
-    `dtype`: ``bfloat16`` (default for hf:* families) or ``float32``. `recompute`: activation
-    recomputation, in the fit check and as 4/3 of the compute. `whole`: compile the whole model
-    (default: only when it has at most 2 blocks). Raises :class:`SpecError` before compiling
-    anything for an unknown slice or strategy, a batch the data axis does not divide, or when
-    no plan fits (a plan that does not fit alone gets NaN and its reason).
+    `dtype`: ``bfloat16`` (hf:* default: mixed precision) or ``float32``. `recompute`:
+    activation checkpointing per block (the hf:* ``remat`` option). `attention`: ``"flash"``
+    for torch_xla's Pallas flash attention (hf:*). `whole`: compile the whole model (default:
+    only when it has at most 2 blocks). Raises SpecError before anything compiles for an unknown
+    slice or strategy, a batch the data axis does not divide, or when no plan can hold even the
+    model's weights and optimizer state.
     """
     family = models.get_model(model)
     options = dict(options or {})
+    if recompute:
+        options["remat"] = True
+    if attention is not None:
+        options["attn_implementation"] = attention
     dtype = dtype or family.planning_dtype
-    base = _plan_options(family, preset, seq_len, dtype, options)
+    base = step_options(family, preset, seq_len, dtype, options)
     cfg = family.config(preset, **base)
     shape = family.block_shape(cfg)
     layers = shape.layers
@@ -113,90 +109,116 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
                 raise SpecError(f"batch_size={batch_size!r} does not split over {ways} data "
                                 f"shards ({strategy} on {sl.name}, mesh "
                                 f"{'x'.join(map(str, mesh))}): use a multiple of {ways}")
-            counts = [layers] if whole else [1, 2]
-            # device="cpu": XLA:CPU's virtual devices even on a TPU VM (never the chip itself)
-            specs = [ExperimentSpec(model=model, preset=preset, mode="lazy", mesh=mesh,
-                                    device="cpu",
-                                    strategy=strategy, batch_size=batch_size, steps=1,
-                                    capture=("hlo",), xla_flags=COMPILE_FLAGS,
-                                    options={**base, shape.layers_option: n})
-                     for n in counts]
-            for spec in specs:
-                spec.validate()  # widths the model axis must divide, before anything compiles
-            plans.append((sl, strategy, mesh, specs))
+            plans.append((sl, strategy, mesh))
     fit = _fit(family, preset, base, [s.name for s, *_ in plans], strategies, batch_size,
-               seq_len, dtype, recompute).set_index(["slice", "strategy"])
-    if not fit["fits"].any():
-        hint = "" if recompute else " (recompute=True keeps only each block's input)"
-        raise SpecError("no plan fits, nothing to predict: " + "; ".join(
-            f"{s} {t}: {r}" for (s, t), r in fit["reason"].items()) + hint)
-    own = pool is None  # a pool of one: a slice's worker (and its GBs) ends when the next starts
-    pool = WorkerPool(max_workers=1) if own else pool
-    try:
-        rows = [_predict_plan(plan, fit, whole, layers, recompute, pool, timeout, on_progress,
-                              {"model": model, "preset": preset, "batch_size": batch_size,
-                               "seq_len": seq_len, "dtype": dtype, "recompute": recompute,
-                               "layers": layers, "method": "whole" if whole else "blocks",
-                               "model_flops": family.flops_per_step(cfg, batch_size)})
-                for plan in plans]
-    finally:
-        if own:
-            pool.shutdown()
+               seq_len, dtype, recompute, attention == "flash").set_index(["slice", "strategy"])
+    state = fit["params_gb"] + fit["grads_gb"] + fit["optimizer_gb"]
+    if (state > fit["usable_gb"]).all():
+        raise SpecError("no plan fits, nothing to predict: the weights, gradients and Adam "
+                        "state alone exceed a chip's usable HBM: " + "; ".join(
+                            f"{s} {t}: {g:.1f} GB > {u:.1f} GB" for (s, t), g, u in
+                            zip(fit.index, state, fit["usable_gb"], strict=True)))
+    common = {"model": model, "preset": preset, "batch_size": batch_size, "seq_len": seq_len,
+              "dtype": dtype, "recompute": recompute, "attention": attention or "eager",
+              "layers": layers, "method": "whole" if whole else "blocks",
+              "model_flops": family.flops_per_step(cfg, batch_size)}
+    rows = [_predict_plan(plan, fit, state, whole, layers, base, pool, timeout, on_progress,
+                          common) for plan in plans]
     frame = pd.DataFrame(rows)
-    for col in steptime.PREDICTION_COLUMNS:
+    for col in [*steptime.PREDICTION_COLUMNS, *COMPILED_COLUMNS]:
         if col not in frame:
             frame[col] = math.nan
-    frame.attrs["assumptions"] = steptime.assumptions(plans[0][0].chip)
+    frame.attrs["assumptions"] = assumptions(plans[0][0].chip)
     return frame
 
 
-def _predict_plan(plan: tuple, fit: pd.DataFrame, whole: bool, layers: int, recompute: bool,
-                  pool: WorkerPool, timeout: float, on_progress: Callable[[str], None] | None,
+def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool, layers: int,
+                  options: dict[str, Any], pool: WorkerPool | None, timeout: float,
+                  on_progress: Callable[[str], None] | None,
                   common: dict[str, Any]) -> dict[str, Any]:
-    """One row of :func:`predict`: the fit check's verdict, and the prediction if it fits."""
-    sl, strategy, mesh, specs = plan
+    """One row of :func:`predict`: the compiler's memory and verdict, and the prediction."""
+    sl, strategy, mesh = plan
+    key = (sl.name, strategy)
     row = {"slice": sl.name, "chip": sl.chip, "chips": sl.chips, "strategy": strategy,
            "mesh": "x".join(map(str, mesh)), "topology": "x".join(map(str, sl.topology)),
-           **common, "fits": bool(fit.loc[(sl.name, strategy), "fits"]),
-           "reason": fit.loc[(sl.name, strategy), "reason"]}
-    if not row["fits"]:
-        return row
+           **common, "estimated_memory_gb": float(fit.loc[key, "per_device_gb"]),
+           "executions": 0}
+    if state[key] > fit.loc[key, "usable_gb"]:
+        return {**row, "fits": False, "reason": "weights, gradients and Adam state alone: "
+                f"{state[key]:.1f} GB > {fit.loc[key, 'usable_gb']:.1f} GB usable"}
     started = time.perf_counter()
-    if on_progress:
-        on_progress(f"compiling {common['model']} {common['preset']} {strategy} on {sl.name} "
-                    f"({row['method']})")
-    results = [run(spec, task="cost", pool=pool, timeout=timeout) for spec in specs]
-    found = [compiled_totals(r, sl.chip, mesh, sl.topology, common["dtype"]) for r in results]
-    total = found[0] if whole else steptime.extrapolate(found[0], found[1], layers)
+    found = []
+    for n in ([None] if whole else [1, 2]):
+        try:
+            found.append(tpu_compile(common["model"], common["preset"], sl.name, strategy,
+                                     common["seq_len"], common["batch_size"], common["dtype"],
+                                     layers=n, options={k: v for k, v in options.items()
+                                                        if k not in ("length", "dtype")},
+                                     pool=pool, timeout=timeout, on_progress=on_progress))
+        except DoesNotFit as exc:
+            return {**row, "fits": False, "reason": str(exc),
+                    "predict_s": time.perf_counter() - started}
+    totals = [_program_totals(p, sl.chip) for p in found]
+    total = totals[0] if whole else steptime.extrapolate(totals[0], totals[1], layers)
+    memory = (total["mem:arguments"] + total["mem:outputs"] - total["mem:aliased"]
+              + total["mem:temp"])
+    hbm = get_chip(sl.chip).hbm_gb * 1e9
     row.update(steptime.predict_step(total, sl.chip, sl.chips, common["model_flops"],
-                                     RECOMPUTE_FACTOR if recompute else 1.0))
-    row["executions"] = sum(int(r.summary.get("executions", 0)) for r in results)
-    row["compile_s"] = sum(float(r.summary.get("compile_s", 0.0)) for r in results)
-    row["predict_s"] = time.perf_counter() - started
+                                     MXU_EFFICIENCY))
+    how = "" if whole else "extrapolated from 1 and 2 blocks, "
+    row.update(compiler_memory_gb=memory / 1e9, fits=memory <= hbm,
+               reason="" if memory <= hbm else f"the compiler's buffers ({how}"
+               f"{memory / 1e9:.1f} GB) exceed the chip's {hbm / 1e9:.0f} GB HBM",
+               estimate_error=row["estimated_memory_gb"] / (memory / 1e9) - 1,
+               libtpu=found[0].compiled["libtpu"], compiled_for=found[0].compiled["topology"],
+               compile_s=sum(p.compiled["compile_s"] for p in found),
+               predict_s=time.perf_counter() - started)
     return row
+
+
+def assumptions(chip: str) -> list[str]:
+    """What every prediction assumes, one sentence each (listed under every chart)."""
+    c = get_chip(chip)
+    return [
+        "Predicted, not measured: the step compiled for the slice by libtpu (the TPU's own "
+        "compiler: its fusions, layouts, collectives and buffer assignment), never run.",
+        f"Per op: max(FLOPs / ({MXU_EFFICIENCY:g} x {c.bf16_tflops:g} TFLOP/s), bytes / "
+        f"{c.hbm_gbps:g} GB/s), FLOPs and bytes from XLA's cost analysis of each "
+        f"compiled op. {MXU_EFFICIENCY:g}: {MXU_EFFICIENCY_SOURCE}.",
+        "Collectives as compiled, timed on the slice's torus: " + steptime.ici_assumptions(c.name),
+        "Step = compute + HBM + the collectives the program waits on + what of its "
+        "asynchronous collectives the compute cannot hide; the range is perfect overlap to "
+        "none. MFU: the model's FLOPs per step over the bf16 peak of every chip of the slice.",
+        "Large models: one and two blocks compiled at full width for the slice, the difference "
+        "(time and memory) scaled to the model's blocks (embeddings and head once).",
+        "Memory per chip: the compiler's arguments + outputs - aliased + temporaries "
+        "(mixed precision: fp32 weights and Adam moments, bf16 compute).",
+    ]
 
 
 def _fit(family: Any, preset: str, options: dict[str, Any], slices: Sequence[str],
          strategies: Sequence[str], batch_size: int, seq_len: int, dtype: str,
-         recompute: bool) -> pd.DataFrame:
+         recompute: bool, flash: bool = False) -> pd.DataFrame:
     """The fit check in the one memory convention (:data:`tpu_workbench.sharding.CONVENTION`),
     for the model as configured for the plan (`options`: its sequence length, dtype)."""
     n_params = models.count_params(family.name, preset, options)
     return sharding.fit_table(family.block_shape(family.config(preset, **options)), n_params,
                               batch_size, seq_len, slices=list(dict.fromkeys(slices)),
                               strategies=[sharding.strategy_name(s) for s in strategies],
-                              dtype=dtype, recompute=recompute).assign(params=n_params)
+                              dtype=dtype, recompute=recompute,
+                              flash=flash).assign(params=n_params)
 
 
 def fit_check(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
               strategies: Sequence[str] = ("fsdp",), seq_len: int = 2048, batch_size: int = 32,
               dtype: str | None = None, recompute: bool = False,
               options: dict[str, Any] | None = None) -> pd.DataFrame:
-    """The fit check :func:`predict` makes first (:func:`tpu_workbench.sharding.fit_table` in
-    the plan's dtype), on its own: cheap, nothing compiles."""
+    """The analytic fit check :func:`predict` shows beside the compiler's memory
+    (:func:`tpu_workbench.sharding.fit_table` in the plan's dtype), on its own: instant,
+    nothing compiles."""
     family = models.get_model(model)
     dtype = dtype or family.planning_dtype
-    base = _plan_options(family, preset, seq_len, dtype, options or {})
+    base = step_options(family, preset, seq_len, dtype, options or {})
     for name in slices:
         get_slice(name)
     return _fit(family, preset, base, slices, strategies, batch_size, seq_len, dtype, recompute)

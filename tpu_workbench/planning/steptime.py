@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from ..environment.chips import Chip, get_chip
 from ..errors import SpecError
 from ..sharding.ici import ici_assumptions
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 # bf16 passes of the MXU per f32 matmul, by torch_xla's mat-mul precision for 32-bit inputs
 # (torch_xla.backends.set_mat_mul_precision's documentation: "default" downcasts to bf16, "high"
@@ -33,7 +32,8 @@ COLLECTIVE_OPS = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|
 PREDICTION_COLUMNS = [
     "slice", "chip", "chips", "strategy", "mesh", "predicted_compute_ms", "predicted_hbm_ms",
     "predicted_roofline_ms", "predicted_ici_ms", "predicted_step_ms", "predicted_step_min_ms",
-    "predicted_step_max_ms", "predicted_mfu_min", "predicted_mfu_max", "bottleneck",
+    "predicted_step_max_ms", "predicted_mfu", "predicted_mfu_min", "predicted_mfu_max",
+    "bottleneck",
     "flops_per_device", "bytes_per_device", "collective_bytes_per_device"]
 
 
@@ -71,16 +71,20 @@ def op_times(ops: pd.DataFrame, chip: str | Chip = "v6e", precision: str = "defa
 def totals(ops: pd.DataFrame, collectives: pd.DataFrame) -> dict[str, float]:
     """The additive totals of one compiled program that :func:`predict_step` and
     :func:`extrapolate` work with: ``compute_s`` and ``hbm_s`` (time of the compute-bound and
-    of the HBM-bound ops), ``flops``, ``bytes``, ``collective_bytes`` and ``ici_s:<axis>`` per
-    logical mesh axis, from :func:`op_times` and the collectives' ICI estimates
+    of the HBM-bound ops), ``flops``, ``bytes``, ``collective_bytes``, and the ICI time of the
+    collectives per logical mesh axis, ``ici_s:<axis>`` for those the program waits on and
+    ``ici_async_s:<axis>`` for asynchronous ones (a ``-start`` whose ``-done`` comes later:
+    compute may hide them), from :func:`op_times` and the collectives' ICI estimates
     (:func:`tpu_workbench.sharding.collectives_frame` on the slice's topology)."""
     out = {"compute_s": float(ops.loc[ops["bound"] == "compute", "time_s"].sum()),
            "hbm_s": float(ops.loc[ops["bound"] == "hbm", "time_s"].sum()),
            "flops": float(ops["flops"].sum()), "bytes": float(ops["bytes"].sum()),
            "collective_bytes": float(collectives["bytes"].sum()) if len(collectives) else 0.0}
     if len(collectives):
-        for axis, t in collectives.groupby("axis")["estimated_us"].sum().items():
-            out[f"ici_s:{axis}"] = float(t) / 1e6
+        is_async = collectives.get("is_async", pd.Series(False, index=collectives.index))
+        key = is_async.map({True: "ici_async_s:", False: "ici_s:"})
+        for (k, axis), t in collectives.groupby([key, "axis"])["estimated_us"].sum().items():
+            out[f"{k}{axis}"] = float(t) / 1e6
     return out
 
 
@@ -97,28 +101,32 @@ def extrapolate(one: Mapping[str, float], two: Mapping[str, float],
 
 
 def predict_step(total: Mapping[str, float], chip: str | Chip, chips: int, model_flops: float,
-                 recompute_factor: float = 1.0) -> dict[str, Any]:
+                 efficiency: float = 1.0) -> dict[str, Any]:
     """Predicted step time of one device's program from its `total` (:func:`totals`).
 
-    ``predicted_compute_ms`` (compute-bound ops), ``predicted_hbm_ms`` (HBM-bound ops),
-    ``predicted_roofline_ms`` (their sum: compute only, no communication),
-    ``predicted_ici_ms`` (every collective, one after another), ``predicted_step_max_ms``
-    (no overlap: roofline + ICI), ``predicted_step_min_ms`` (perfect overlap: the larger),
-    ``predicted_step_ms`` (= the no-overlap figure, the safe one to plan with), the MFU range
-    (the model's own FLOPs per step, `model_flops`, over the bf16 peak of all `chips`, at the
-    two step times: work a strategy repeats on several chips, tp's replicas over the data axis,
-    is not useful work) and the
-    ``bottleneck``: ICI on an axis if communication outweighs computation, else compute or HBM,
-    whichever ops take longer. `recompute_factor` scales compute and HBM time (activation
-    recomputation runs the forward pass again) but not the MFU's FLOPs.
+    ``predicted_compute_ms`` (compute-bound ops, at `efficiency` of the peak),
+    ``predicted_hbm_ms`` (HBM-bound ops), ``predicted_roofline_ms`` (their sum: no
+    communication), ``predicted_ici_ms`` (every collective, one after another),
+    ``predicted_step_ms`` (the estimate: roofline + the collectives the program waits on + what
+    of the asynchronous ones the roofline cannot hide), ``predicted_step_max_ms`` (no overlap:
+    roofline + ICI), ``predicted_step_min_ms`` (perfect overlap: the larger), the MFU at each
+    (the model's own FLOPs per step, `model_flops`, over the bf16 peak of all `chips`: work a
+    strategy repeats on several chips, tp's replicas over the data axis, is not useful work)
+    and the ``bottleneck``: ICI on an axis if communication outweighs computation, else
+    compute or HBM, whichever ops take longer.
     """
     c = get_chip(chip) if isinstance(chip, str) else chip
-    compute = total["compute_s"] * recompute_factor
-    hbm = total["hbm_s"] * recompute_factor
-    ici = {k.split(":", 1)[1]: v for k, v in total.items() if k.startswith("ici_s:")}
+    if not 0 < efficiency <= 1:
+        raise SpecError(f"efficiency must be in (0, 1], got {efficiency!r}")
+    compute = total["compute_s"] / efficiency
+    hbm = total["hbm_s"]
+    waited = {k.split(":", 1)[1]: v for k, v in total.items() if k.startswith("ici_s:")}
+    hidden = {k.split(":", 1)[1]: v for k, v in total.items() if k.startswith("ici_async_s:")}
+    ici = {a: waited.get(a, 0.0) + hidden.get(a, 0.0) for a in {*waited, *hidden}}
     comm = sum(ici.values())
     roof = compute + hbm
     slow, fast = roof + comm, max(roof, comm)
+    step = roof + sum(waited.values()) + max(0.0, sum(hidden.values()) - roof)
     if comm > roof:
         axis = max(ici, key=ici.get)
         bottleneck = f"ICI ({'every axis' if axis == 'all' else axis + ' axis'})"
@@ -130,10 +138,11 @@ def predict_step(total: Mapping[str, float], chip: str | Chip, chips: int, model
 
     return {"predicted_compute_ms": compute * 1e3, "predicted_hbm_ms": hbm * 1e3,
             "predicted_roofline_ms": roof * 1e3, "predicted_ici_ms": comm * 1e3,
-            "predicted_step_ms": slow * 1e3, "predicted_step_min_ms": fast * 1e3,
-            "predicted_step_max_ms": slow * 1e3, "predicted_mfu_min": mfu(slow),
-            "predicted_mfu_max": mfu(fast), "bottleneck": bottleneck,
-            "flops_per_device": total["flops"], "bytes_per_device": total["bytes"],
+            "predicted_step_ms": step * 1e3, "predicted_step_min_ms": fast * 1e3,
+            "predicted_step_max_ms": slow * 1e3, "predicted_mfu": mfu(step),
+            "predicted_mfu_min": mfu(slow), "predicted_mfu_max": mfu(fast),
+            "bottleneck": bottleneck, "flops_per_device": total["flops"],
+            "bytes_per_device": total["bytes"],
             "collective_bytes_per_device": total.get("collective_bytes", 0.0)}
 
 

@@ -16,12 +16,14 @@ libtpu version), with its provenance (``request.json``); asking again is instant
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +44,8 @@ from . import results
 ROOT = Path(__file__).resolve().parents[2]  # the checkout, beside .venv-libtpu
 LIBTPU_VENV = ROOT / ".venv-libtpu"
 MAIN = Path(__file__).with_name("libtpu_main.py")
+LOCK = Path(tempfile.gettempdir()) / "tpu_workbench_libtpu.lock"
+ATTEMPTS = 3  # libtpu 0.0.51 aborts now and then on a program it compiles on the next try
 MAX_TRACE_DEVICES = 64  # torch_xla 2.9 traces a backward pass on at most 64 virtual devices
 DTYPES = tuple(sharding.STATE_BYTES)
 INSTALL_HINT = ("set it up with `python3 scripts/dev.py setup` (it builds .venv-libtpu from "
@@ -176,13 +180,15 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
                   provenance: dict[str, Any] | None = None) -> CompiledProgram:
     """Compile an HLO module proto (``torch_xla._XLAC._get_xla_tensors_hlo_proto``, sharding
     annotations included) for `slice` with libtpu, in a process of its own; cached by (HLO
-    fingerprint, topology, libtpu version). `retarget_from`: the device count of a 1-D mesh it
-    was traced on, when smaller than the slice. Raises :class:`DoesNotFit` or SpecError."""
+    fingerprint, topology, libtpu version, the compile script). `retarget_from`: the device
+    count of the 1-D mesh it was traced on, when smaller than the slice. Raises
+    :class:`DoesNotFit` or SpecError."""
     sl = get_slice(slice)
     version = libtpu_version()
     proto = Path(proto)
     topology, bounds = topology_name(sl)
-    key = hashlib.sha256(proto.read_bytes() + _read(proto.with_name("aliases.json")) + json.dumps(
+    key = hashlib.sha256(proto.read_bytes() + _read(proto.with_name("aliases.json"))
+                         + MAIN.read_bytes() + json.dumps(
         [topology, bounds, retarget_from and sl.chips, version]).encode()).hexdigest()[:20]
     folder = results_dir() / "tpu_compiles" / f"{sl.name}-{key}"
     mesh = tuple(mesh or (sl.chips,))
@@ -200,11 +206,19 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
         {**request, "slice": sl.name, **(provenance or {})}, indent=1, default=str))
     started = time.perf_counter()
     try:
-        # The compile-only client never opens a chip, so two compiles (or a compile beside a
-        # training job on a TPU VM) need not wait on libtpu's one-process lock.
-        done = subprocess.run([str(libtpu_python()), str(MAIN), str(partial / "request.json")],
-                              capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+        # One compile at a time on a machine, and again when libtpu aborts: it sometimes
+        # does (SIGABRT in a layout check, "pad_high"), and the same program then compiles
+        # on the next try. The compile-only client never opens a chip, so beside a training
+        # job on a TPU VM it need not wait for libtpu's own one-process lock.
+        with open(LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for attempts in range(1, ATTEMPTS + 1):  # noqa: B007 - the count is recorded
+                done = subprocess.run(
+                    [str(libtpu_python()), str(MAIN), str(partial / "request.json")],
+                    capture_output=True, text=True, timeout=timeout,
+                    env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+                if done.returncode >= 0:  # compiled, or refused with a message
+                    break
     except subprocess.TimeoutExpired:
         shutil.rmtree(partial, ignore_errors=True)
         raise SpecError(f"libtpu {version} did not finish compiling {what} for {sl.name} "
@@ -223,6 +237,7 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
     compiled = json.loads((partial / "compiled.json").read_text())
     compiled["compiled_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
     compiled["wall_s"] = time.perf_counter() - started
+    compiled["attempts"] = attempts
     (partial / "compiled.json").write_text(json.dumps(compiled, indent=1))
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)  # whole or not at all

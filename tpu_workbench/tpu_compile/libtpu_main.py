@@ -44,20 +44,41 @@ def retarget(text: str, n_from: int, n_to: int) -> tuple[str, int]:
     return re.subn(r'mhlo\.sharding = "[^"]*"', fix, text)
 
 
-def donate(module, aliases: list[list[int]]) -> None:
-    """Mark each ``[output, parameter]`` pair of `aliases` on `module`'s main function as one
-    buffer (``tf.aliasing_output``, how jax donates): an in-place update, as torch_xla runs it."""
+def entry_attributes(module, aliases: list[list[int]]) -> None:
+    """Give `module`'s main function the entry a torch_xla program has on a chip: default
+    (row-major) layouts for every argument and result, as the runtime hands buffers over, and
+    each ``[output, parameter]`` pair of `aliases` one buffer (``tf.aliasing_output``, as jax
+    donates): an in-place update. (Left to choose, the compiler gives a weight the layout of
+    its first use, and an aliased pair of different layouts does not compile.)"""
     from jax._src.lib.mlir import ir
 
     main = next(op for op in module.body.operations
                 if ir.StringAttr(op.attributes["sym_name"]).value == "main")
-    args = list(ir.ArrayAttr(main.attributes["arg_attrs"]))
     i32 = ir.IntegerType.get_signless(32)
-    for output, parameter in aliases:
-        entries = {a.name: a.attr for a in ir.DictAttr(args[parameter])}
-        entries["tf.aliasing_output"] = ir.IntegerAttr.get(i32, output)
-        args[parameter] = ir.DictAttr.get(entries)
-    main.attributes["arg_attrs"] = ir.ArrayAttr.get(args)
+    kind = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+
+    def updated(attrs: list, types: list, extra: dict[int, dict]) -> ir.ArrayAttr:
+        out = []
+        for i, (attr, type_) in enumerate(zip(attrs, types, strict=True)):
+            entries = {a.name: a.attr for a in ir.DictAttr(attr)}
+            rank = ir.RankedTensorType(type_).rank  # torch_xla's are all ranked tensors
+            # row-major: "{1,0}" for a matrix
+            entries["mhlo.layout_mode"] = ir.StringAttr.get(
+                "{" + ",".join(map(str, reversed(range(rank)))) + "}")
+            entries.update(extra.get(i, {}))
+            out.append(ir.DictAttr.get(entries))
+        return ir.ArrayAttr.get(out)
+
+    def attrs_of(key: str, n: int) -> list:
+        return list(ir.ArrayAttr(main.attributes[key])) if key in main.attributes \
+            else [ir.DictAttr.get({})] * n
+
+    donated = {parameter: {"tf.aliasing_output": ir.IntegerAttr.get(i32, output)}
+               for output, parameter in aliases}
+    main.attributes["arg_attrs"] = updated(attrs_of("arg_attrs", len(kind.inputs)),
+                                           list(kind.inputs), donated)
+    main.attributes["res_attrs"] = updated(attrs_of("res_attrs", len(kind.results)),
+                                           list(kind.results), {})
 
 
 def main(request_path: str) -> int:
@@ -84,8 +105,7 @@ def main(request_path: str) -> int:
         if request.get("retarget_from"):
             text, rewritten = retarget(str(module), int(request["retarget_from"]), len(devices))
             module = ir.Module.parse(text)
-        if request.get("aliases"):
-            donate(module, request["aliases"])
+        entry_attributes(module, request.get("aliases") or [])
         options = compiler.get_compile_options(
             num_replicas=1, num_partitions=len(devices),
             device_assignment=np.array(devices).reshape(1, -1))

@@ -17,14 +17,14 @@ from ..environment.chips import get_chip
 
 UNKNOWN_CYCLES = 2**63 - 1  # what the TPU cost model writes when it has no estimate
 
-OP_COLUMNS = ["name", "opcode", "fusion_kind", "shape", "flops", "mxu_flops", "bytes",
+OP_COLUMNS = ["name", "opcode", "fusion_kind", "shape", "flops", "mxu_flops", "bytes", "trips",
               "estimated_cycles", "vmem_bytes", "is_async", "source_op"]
 """Columns of :func:`ops_frame`, one row per top-level op of chip 0's program: ``flops`` and
 ``bytes`` (XLA's cost analysis of the op as the TPU fused it: operands + result, an async
-copy counted once, at its start), ``mxu_flops`` (``flops`` of the ops that hold a matmul or
-convolution: the matrix unit's work),
-``estimated_cycles`` (the TPU cost model's, NaN where it gave none), ``vmem_bytes`` (scoped
-VMEM the op uses), ``is_async`` (a ``-start`` whose ``-done`` comes later: it may overlap)."""
+copy counted once, at its start; a loop ``trips`` times its body), ``mxu_flops`` (``flops``
+of the ops that hold a matmul or convolution: the matrix unit's work), ``estimated_cycles``
+(the TPU cost model's, NaN where it gave none), ``vmem_bytes`` (scoped VMEM the op uses),
+``is_async`` (a ``-start`` whose ``-done`` comes later: it may overlap)."""
 
 MEMORY_KEYS = {"arguments": "argument_size_in_bytes", "outputs": "output_size_in_bytes",
                "aliased": "alias_size_in_bytes", "temp": "temp_size_in_bytes",
@@ -34,13 +34,13 @@ MEMORY_KEYS = {"arguments": "argument_size_in_bytes", "outputs": "output_size_in
 def memory_summary(compiled: dict[str, Any], chip: str) -> dict[str, Any]:
     """Per-chip memory from the compiler's buffer assignment: ``arguments`` (weights, optimizer
     state, batch), ``outputs``, ``aliased`` (outputs that reuse an argument's buffer),
-    ``temp`` (activations and other temporaries), ``code``, ``total_bytes`` (the compiler's
-    peak, else arguments + outputs - aliased + temp + code), ``hbm_bytes`` (the chip's),
-    ``fraction`` and ``fits``."""
+    ``temp`` (the block of temporaries the chip allocates: activations and the like),
+    ``code``, ``peak`` (the heap simulator's peak, which packs buffers tighter than the
+    allocation), ``total_bytes`` (arguments + outputs - aliased + temp: what the chip holds),
+    ``hbm_bytes`` (the chip's), ``fraction`` and ``fits``."""
     stats = compiled["memory"]
     out: dict[str, Any] = {k: int(stats.get(v, 0)) for k, v in MEMORY_KEYS.items()}
-    total = out["peak"] or (out["arguments"] + out["outputs"] - out["aliased"] + out["temp"]
-                            + out["code"])
+    total = out["arguments"] + out["outputs"] - out["aliased"] + out["temp"]
     hbm = get_chip(chip).hbm_gb * 1e9
     out.update(total_bytes=total, hbm_bytes=hbm, fraction=total / hbm, fits=total <= hbm)
     return out
@@ -88,6 +88,14 @@ def ops_frame(text: str) -> pd.DataFrame:
     matmul = {owner.get((m, c), n) for m, c, n in
               zip(dots["module"], dots["computation"], dots["name"], strict=True)}
     backend = {i.name: _backend(i.attributes) for m in mods for i in m.entry.instructions}
+    # XLA's cost analysis counts a loop's body once: the TPU's windowed matmuls (an FSDP
+    # all-gather split into steps that overlap the matmul) run it trip-count times.
+    trips = {i.name: m.trip_count(i) for m in mods for i in m.entry.instructions
+             if i.opcode == "while"}
+    times = ops["name"].map(trips).fillna(1.0)
+    ops["trips"] = times
+    ops["flops"] *= times
+    ops["bytes"] *= times
     ops["mxu_flops"] = ops["flops"].where(ops["name"].isin(matmul), 0.0)
     ops["estimated_cycles"] = ops["name"].map(lambda n: backend.get(n, (math.nan, 0))[0])
     ops["vmem_bytes"] = ops["name"].map(lambda n: backend.get(n, (0, 0.0))[1])

@@ -104,7 +104,9 @@ def trace(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
                             batch_partition(spec.strategy, mesh.mesh_shape, 2)) for k in "xy"}
     autocast = (torch.autocast("xla", dtype=torch.bfloat16) if mixed
                 else contextlib.nullcontext())
-    with autocast:
+    from kernels.xla_flash import tpu_lowering
+
+    with autocast, tpu_lowering():  # Pallas kernels (flash attention) lowered for the TPU
         loss = make_step(family, model, opt, ChangeHooks(None))(batch)
     # The updated state leaves the step sharded as it came in, and in the buffers it came in
     # (torch_xla donates them on a chip): outputs aliased to their inputs.
