@@ -441,6 +441,7 @@ def _(plan_error, predicted):
         "predicted MFU": predicted["predicted_mfu"].map(
             lambda _m: f"{_m:.0%}" if _m == _m else "-"),
         "bottleneck": predicted["bottleneck"].fillna("-"),
+        "collectives (as compiled)": predicted["collectives"].fillna("-"),
         "why not": predicted["reason"].fillna(""),
     })
     mo.vstack([

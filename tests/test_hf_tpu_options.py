@@ -192,3 +192,17 @@ def test_flash_traces_to_tpu_kernels_partitioned_and_nothing_runs(traced):
     assert {t for c in calls for t in c} == {"f32[1,2,128,128]"}
     assert traced["flash"]["manual_sharding"] > 0
     assert traced["executed"] == 0
+
+
+def test_the_tpu_traces_causal_mask_gives_transformers_logits():
+    """The TPU compile's trace passes a 4-D causal mask (no index gather for libtpu to trip on):
+    the same logits as the 2-D mask Transformers expands itself."""
+    from tpu_workbench.models import get_model
+
+    family = get_model("hf:llama")
+    torch.manual_seed(0)
+    model = family.build(family.config("tiny"))
+    idx = torch.randint(10, (4, 11))
+    want = model(idx)
+    model.dense_causal_mask = True
+    assert torch.equal(model(idx), want)

@@ -141,6 +141,9 @@ def test_bad_input_is_named_before_anything_is_traced(tmp_path, monkeypatch):
         tpu_compile("hf:llama", "tiny", "v6e-12")
     with pytest.raises(SpecError, match="batch_size=12 does not split over 8"):
         tpu_compile("hf:llama", "tiny", "v6e-8", batch_size=12, seq_len=64)
+    with pytest.raises(SpecError, match="flash attention on v6e-256: above 64 chips"):
+        tpu_compile("hf:llama", "tiny", "v6e-256", seq_len=64, batch_size=256,
+                    options={"attn_implementation": "flash"})
     with pytest.raises(SpecError, match="unknown preset|preset"):
         tpu_compile("hf:llama", "llama-9", "v6e-8")
     garbage = tmp_path / "step.pb"
@@ -156,3 +159,27 @@ def test_bad_input_is_named_before_anything_is_traced(tmp_path, monkeypatch):
             tpu_compile("hf:llama", "tiny", "v6e-8", seq_len=64, batch_size=8)
     finally:
         compile_module.libtpu_version.cache_clear()
+
+
+def test_the_compile_command_writes_every_file_whole(tmp_path, capsys):
+    from tpu_workbench.cli import main
+
+    out = tmp_path / "out"
+    assert main(["compile", "--preset", "tiny", "--seq-len", "64", "--batch", "8",
+                 "--slice", "v6e-8", "--out", str(out)]) == 0
+    import json
+
+    import pandas as pd
+
+    memory = json.loads((out / "memory.json").read_text())
+    assert memory["fits"] and memory["provenance"]["device_kind"] == "TPU v6 lite"
+    assert memory["provenance"]["executions"] == 0 and memory["provenance"]["libtpu"]
+    ops = pd.read_csv(out / "ops.csv")
+    assert {"opcode", "flops", "bytes", "trips", "estimated_cycles"} <= set(ops.columns)
+    assert set(pd.read_csv(out / "collectives.csv")["kind"]) & {"all-gather", "all-reduce"}
+    assert "T(8,128)" in (out / "tpu_hlo.txt").read_text()
+    assert not list(out.glob("*.tmp"))
+    assert "compiled for v6e-8" in capsys.readouterr().out
+    assert main(["compile", "--preset", "tiny", "--seq-len", "64", "--libtpu-flags",
+                 "xla_bad", "--out", str(out)]) == 2
+    assert "libtpu_flags must each look like --name=value" in capsys.readouterr().err

@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="activation checkpointing per block (hf:*)")
     parser.add_argument("--layers", type=int, default=None,
                         help="compile this many blocks instead of the model's own")
+    parser.add_argument("--libtpu-flags", default="",
+                        help="compiler flags, space-separated: '--xla_...=value ...'")
     parser.add_argument("--out", type=Path, default=Path("tpu-compile"), help="output folder")
 
 
@@ -39,6 +41,7 @@ def compile(args: argparse.Namespace) -> int:  # noqa: A001 - the subcommand's n
     out = writable_folder(args.out)
     c = tpu_compile(args.model, args.preset, args.slice, args.strategy, args.seq_len,
                     args.batch, args.dtype, layers=args.layers, options=options,
+                    libtpu_flags=args.libtpu_flags.split(),
                     on_progress=lambda m: print(m, file=sys.stderr, flush=True))
     memory = {**c.memory, "provenance": c.provenance()}
     written = {"memory.json": json.dumps(memory, indent=1, default=str),

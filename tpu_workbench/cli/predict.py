@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hf:* attention; flash: torch_xla's Pallas kernel")
     parser.add_argument("--whole", action="store_true",
                         help="compile the whole model, not one and two blocks")
+    parser.add_argument("--libtpu-flags", default="",
+                        help="compiler flags, space-separated: '--xla_...=value ...'")
     parser.add_argument("--out", type=Path, default=Path("predict"), help="output folder")
 
 
@@ -49,7 +51,7 @@ def predict(args: argparse.Namespace) -> int:
     frame = run_predict(args.model, args.preset, slices=slices, strategies=strategies,
                         seq_len=args.seq_len, batch_size=args.batch, dtype=args.dtype,
                         recompute=args.recompute, attention=args.attention,
-                        whole=args.whole or None,
+                        whole=args.whole or None, libtpu_flags=args.libtpu_flags.split(),
                         on_progress=lambda m: print(m, file=sys.stderr, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / "predict.csv.tmp"

@@ -85,6 +85,12 @@ class CausalLM(nn.Module):
         self.hf = hf_model
         self.tied = bool(getattr(hf_model.config, "tie_word_embeddings", False))
         self.flash = flash
+        # A 4-D causal mask built from triu instead of Transformers' mask from the 2-D one:
+        # the TPU compile's trace sets it (tpu_workbench.worker.tpu_trace). Transformers turns
+        # the 2-D mask into a gather of a boolean table by (row, column) index pairs, on which
+        # libtpu 0.0.21 aborts, and 0.0.51 now and then (windowing_util.cc check, an
+        # uninitialised bound). Sliding-window layers (Gemma-2) get no window this way.
+        self.dense_causal_mask = False
 
     def _apply(self, fn, *args, **kwargs):
         # Module.to() replaces each parameter separately when the tensor type changes (CPU ->
@@ -106,6 +112,11 @@ class CausalLM(nn.Module):
             reason = unavailable(idx.device)
             if reason:
                 raise SpecError(f"attn_implementation='flash': {reason}")
+        if self.dense_causal_mask:
+            t = idx.shape[1]
+            mask = torch.full((t, t), torch.finfo(torch.float32).min, device=idx.device)
+            return self.hf(input_ids=idx, attention_mask=mask.triu(1)[None, None],
+                           use_cache=False).logits
         return self.hf(input_ids=idx, attention_mask=torch.ones_like(idx),
                        use_cache=False).logits
 

@@ -11,6 +11,7 @@ stays as the instant estimate beside the compiler's figure, with its error.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -22,26 +23,32 @@ from .. import models, sharding
 from ..environment.chips import get_chip, get_slice
 from ..errors import SpecError
 from ..runs.workers import WorkerPool
+from ..sharding.ici import ici_assumptions
 from ..tpu_compile import DoesNotFit, TPUCompile, tpu_compile
-from ..tpu_compile.compile import step_options
+from ..tpu_compile.compile import checked_flags, step_options
 from . import steptime
 
 DTYPES = tuple(sharding.STATE_BYTES)  # the dtypes the one memory convention knows
 
 # The fraction of a chip's bf16 peak that the compute-bound ops of a compiled step reach: the
 # one constant fitted to a published run. Fitted to MaxText's Llama-3.1-8B on a v6e-8 (FSDP,
-# seq 8192, global batch 24, flash attention, remat; 3.443 s per step: AI-Hypercomputer/
-# tpu-recipes, training/trillium/Llama3.1-8B-MaxText/v6e-8/README.md @ac200eb) with this
-# workbench's own step of that model (torch_xla's flash kernel, every block rematerialised);
-# checked on the v6e-16 ... v6e-256 runs of the same recipes (scripts/bench_predict.py; the
-# table is in the project notes). It absorbs what a roofline of the compiled ops leaves out:
-# the MXU's real efficiency, and MaxText's lighter remat policy.
-MXU_EFFICIENCY = 0.6
+# seq 8192, global batch 24, flash attention, remat, no collective matmul; 3.443 s per step:
+# AI-Hypercomputer/tpu-recipes, training/trillium/Llama3.1-8B-MaxText/v6e-8/README.md @ac200eb)
+# with this workbench's own step of that model (torch_xla's flash kernel, every block
+# rematerialised), compiled by libtpu 0.0.51: 0.640. Checked on the recipes' v6e-16, v6e-32,
+# v6e-64 and v6e-256 runs, which it was not fitted to (scripts/bench_predict.py; the table is
+# in notes/tpu_compiler.md). It stands for what a roofline of the compiled ops leaves out: the
+# MXU's real efficiency, pipeline bubbles, MaxText's lighter remat policy.
+MXU_EFFICIENCY = 0.64
 MXU_EFFICIENCY_SOURCE = ("fitted to MaxText Llama-3.1-8B, v6e-8, FSDP, seq 8192, batch 24: "
                          "3.443 s/step (tpu-recipes v6e-8 README @ac200eb)")
 
 MEMORY_PARTS = ("arguments", "outputs", "aliased", "temp")
-COMPILED_COLUMNS = ["compiler_memory_gb", "estimate_error", "libtpu", "compiled_for",
+# The blocks a large model is compiled with; the difference is one block. Two and three, not
+# one and two: the compiler packs a one-block program's temporaries differently (checked: a
+# v6e-32 Llama-3-8B step, 16.3 GB of temporaries with one block, 22.6 GB with two and three).
+BLOCKS = (2, 3)
+COMPILED_COLUMNS = ["compiler_memory_gb", "estimate_error", "collectives", "libtpu", "compiled_for",
                     "compile_s", "predict_s"]
 
 
@@ -68,25 +75,29 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
             strategies: Sequence[str] = ("fsdp",), seq_len: int = 2048, batch_size: int = 32,
             dtype: str | None = None, recompute: bool = False, attention: str | None = None,
             whole: bool | None = None, options: dict[str, Any] | None = None,
-            pool: WorkerPool | None = None, timeout: float = 1800.0,
+            libtpu_flags: Sequence[str] = (), pool: WorkerPool | None = None,
+            timeout: float = 1800.0,
             on_progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Predicted step time of `model`/`preset` training on each slice with each strategy, at
     global `batch_size` and `seq_len` tokens, from its step compiled by libtpu for that slice:
     one row per (slice, strategy), columns :data:`steptime.PREDICTION_COLUMNS` plus ``fits``
     and ``reason`` (the compiler's verdict), ``compiler_memory_gb`` (per chip),
     ``estimated_memory_gb`` (the analytic convention) and ``estimate_error``, ``layers``,
-    ``method`` (``whole``, or ``blocks``: one and two compiled, extrapolated), ``libtpu``,
+    ``method`` (``whole``, or ``blocks``: :data:`BLOCKS` compiled, extrapolated), ``collectives``
+    (the kinds the compiler scheduled, in the largest program compiled), ``libtpu``,
     ``predict_s`` and ``executions`` (0: nothing ran). ``frame.attrs["assumptions"]`` lists what
     the numbers assume.
 
     `dtype`: ``bfloat16`` (hf:* default: mixed precision) or ``float32``. `recompute`:
     activation checkpointing per block (the hf:* ``remat`` option). `attention`: ``"flash"``
     for torch_xla's Pallas flash attention (hf:*). `whole`: compile the whole model (default:
-    only when it has at most 2 blocks). Raises SpecError before anything compiles for an unknown
-    slice or strategy, a batch the data axis does not divide, or when no plan can hold even the
-    model's weights and optimizer state.
+    only when it has at most 3 blocks). `libtpu_flags`: compiler flags (``LIBTPU_INIT_ARGS``).
+    Raises SpecError before anything compiles for an unknown slice or strategy, a batch the
+    data axis does not divide, or when no plan can hold even the model's weights and
+    optimizer state.
     """
     family = models.get_model(model)
+    checked_flags(libtpu_flags)
     options = dict(options or {})
     if recompute:
         options["remat"] = True
@@ -97,7 +108,7 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
     cfg = family.config(preset, **base)
     shape = family.block_shape(cfg)
     layers = shape.layers
-    whole = layers <= 2 if whole is None else bool(whole)
+    whole = layers <= BLOCKS[-1] if whole is None else bool(whole)
     plans = []
     for name in slices:
         sl = get_slice(name)
@@ -118,10 +129,15 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
                         "state alone exceed a chip's usable HBM: " + "; ".join(
                             f"{s} {t}: {g:.1f} GB > {u:.1f} GB" for (s, t), g, u in
                             zip(fit.index, state, fit["usable_gb"], strict=True)))
-    common = {"model": model, "preset": preset, "batch_size": batch_size, "seq_len": seq_len,
+    per_block = {(sl.name, strategy): _block_activation_bytes(
+        shape, sl, strategy, mesh, batch_size, seq_len, dtype, recompute, attention == "flash")
+        for sl, strategy, mesh in plans}
+    common = {"block_activation_bytes": per_block,
+              "model": model, "preset": preset, "batch_size": batch_size, "seq_len": seq_len,
               "dtype": dtype, "recompute": recompute, "attention": attention or "eager",
               "layers": layers, "method": "whole" if whole else "blocks",
-              "model_flops": family.flops_per_step(cfg, batch_size)}
+              "model_flops": family.flops_per_step(cfg, batch_size),
+              "libtpu_flags": " ".join(libtpu_flags)}
     rows = [_predict_plan(plan, fit, state, whole, layers, base, pool, timeout, on_progress,
                           common) for plan in plans]
     frame = pd.DataFrame(rows)
@@ -141,39 +157,74 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
     key = (sl.name, strategy)
     row = {"slice": sl.name, "chip": sl.chip, "chips": sl.chips, "strategy": strategy,
            "mesh": "x".join(map(str, mesh)), "topology": "x".join(map(str, sl.topology)),
-           **common, "estimated_memory_gb": float(fit.loc[key, "per_device_gb"]),
+           **{k: v for k, v in common.items() if k != "block_activation_bytes"},
+           "estimated_memory_gb": float(fit.loc[key, "per_device_gb"]),
            "executions": 0}
     if state[key] > fit.loc[key, "usable_gb"]:
         return {**row, "fits": False, "reason": "weights, gradients and Adam state alone: "
                 f"{state[key]:.1f} GB > {fit.loc[key, 'usable_gb']:.1f} GB usable"}
     started = time.perf_counter()
     found = []
-    for n in ([None] if whole else [1, 2]):
+    for n in ([None] if whole else BLOCKS):
         try:
             found.append(tpu_compile(common["model"], common["preset"], sl.name, strategy,
                                      common["seq_len"], common["batch_size"], common["dtype"],
                                      layers=n, options={k: v for k, v in options.items()
                                                         if k not in ("length", "dtype")},
+                                     libtpu_flags=tuple(common["libtpu_flags"].split()),
                                      pool=pool, timeout=timeout, on_progress=on_progress))
         except DoesNotFit as exc:
             return {**row, "fits": False, "reason": str(exc),
                     "predict_s": time.perf_counter() - started}
     totals = [_program_totals(p, sl.chip) for p in found]
-    total = totals[0] if whole else steptime.extrapolate(totals[0], totals[1], layers)
-    memory = (total["mem:arguments"] + total["mem:outputs"] - total["mem:aliased"]
-              + total["mem:temp"])
+    total = totals[0] if whole else steptime.extrapolate(totals[0], totals[1], layers,
+                                                         first=BLOCKS[0])
+    # The weights, moments and batch grow by the same bytes with every block (extrapolated
+    # exactly); the temporaries do not: the compiler packs and prefetches them differently
+    # for two and three blocks (v6e-8: 17.4 then 16.3 GB). Theirs for the larger compile
+    # counts, plus what each further block keeps for the backward pass by the convention.
+    memory = total["mem:arguments"] + total["mem:outputs"] - total["mem:aliased"]
+    if whole:
+        memory += total["mem:temp"]
+    else:
+        memory += max(t["mem:temp"] for t in totals) \
+            + (layers - BLOCKS[-1]) * common["block_activation_bytes"][(sl.name, strategy)]
     hbm = get_chip(sl.chip).hbm_gb * 1e9
     row.update(steptime.predict_step(total, sl.chip, sl.chips, common["model_flops"],
                                      MXU_EFFICIENCY))
-    how = "" if whole else "extrapolated from 1 and 2 blocks, "
+    how = "" if whole else f"extrapolated from {BLOCKS[0]} and {BLOCKS[1]} blocks, "
     row.update(compiler_memory_gb=memory / 1e9, fits=memory <= hbm,
                reason="" if memory <= hbm else f"the compiler's buffers ({how}"
                f"{memory / 1e9:.1f} GB) exceed the chip's {hbm / 1e9:.0f} GB HBM",
                estimate_error=row["estimated_memory_gb"] / (memory / 1e9) - 1,
+               collectives=_kinds(found[-1].collectives),
                libtpu=found[0].compiled["libtpu"], compiled_for=found[0].compiled["topology"],
                compile_s=sum(p.compiled["compile_s"] for p in found),
                predict_s=time.perf_counter() - started)
     return row
+
+
+def _block_activation_bytes(shape: Any, sl: Any, strategy: str, mesh: tuple[int, ...],
+                            batch_size: int, seq_len: int, dtype: str, recompute: bool,
+                            flash: bool) -> float:
+    """What one more block keeps for the backward pass on one chip, by the convention
+    (:func:`tpu_workbench.sharding.activation_bytes`)."""
+    tp = sharding.parameter_shards("tp", mesh) if strategy in ("tp", "dp_tp") else 1
+    local = batch_size // sharding.batch_ways(strategy, mesh)
+    one, two = (sharding.activation_bytes(dataclasses.replace(shape, layers=n), local, seq_len,
+                                          tp, dtype, recompute, flash) for n in (1, 2))
+    return two - one
+
+
+def _kinds(collectives: pd.DataFrame) -> str:
+    """``"12 all-gather (12 async), 2 reduce-scatter"``: what the compiler scheduled."""
+    if not len(collectives):
+        return "none"
+    parts = []
+    for kind, group in collectives.groupby("kind", sort=False):
+        hidden = int(group["is_async"].sum())
+        parts.append(f"{len(group)} {kind}" + (f" ({hidden} async)" if hidden else ""))
+    return ", ".join(parts)
 
 
 def assumptions(chip: str) -> list[str]:
@@ -185,14 +236,17 @@ def assumptions(chip: str) -> list[str]:
         f"Per op: max(FLOPs / ({MXU_EFFICIENCY:g} x {c.bf16_tflops:g} TFLOP/s), bytes / "
         f"{c.hbm_gbps:g} GB/s), FLOPs and bytes from XLA's cost analysis of each "
         f"compiled op. {MXU_EFFICIENCY:g}: {MXU_EFFICIENCY_SOURCE}.",
-        "Collectives as compiled, timed on the slice's torus: " + steptime.ici_assumptions(c.name),
+        "Collectives as compiled, timed on the slice's torus: " + ici_assumptions(c.name),
         "Step = compute + HBM + the collectives the program waits on + what of its "
         "asynchronous collectives the compute cannot hide; the range is perfect overlap to "
         "none. MFU: the model's FLOPs per step over the bf16 peak of every chip of the slice.",
-        "Large models: one and two blocks compiled at full width for the slice, the difference "
+        f"Large models: {BLOCKS[0]} and {BLOCKS[1]} blocks compiled at full width for the slice, "
+        "the difference "
         "(time and memory) scaled to the model's blocks (embeddings and head once).",
         "Memory per chip: the compiler's arguments + outputs - aliased + temporaries "
-        "(mixed precision: fp32 weights and Adam moments, bf16 compute).",
+        "(mixed precision: fp32 weights and Adam moments, bf16 compute); by blocks, the "
+        "temporaries of the larger compile plus, per further block, the activations it keeps "
+        "by the convention (the compiler packs a few blocks' temporaries unlike many).",
     ]
 
 

@@ -1,9 +1,7 @@
-"""A predicted TPU step time from the SPMD-partitioned HLO of one training step: a roofline per
-op and the ring model for the collectives XLA inserted. Pure: takes frames and primitives (a
-chip, a slice, a mesh), never an ExperimentSpec; :mod:`tpu_workbench.planning.predict` compiles the
-step and calls it.
-
-Every number it makes is a prediction, and :func:`assumptions` lists what it assumes.
+"""A predicted TPU step time from the TPU program of one training step: a roofline per op and
+the ring model for its collectives. Pure: takes frames and primitives (a chip, a slice, a
+mesh), never an ExperimentSpec; :mod:`tpu_workbench.planning.predict` compiles the step and
+calls it, and lists what every prediction assumes.
 """
 
 from __future__ import annotations
@@ -17,12 +15,11 @@ import pandas as pd
 
 from ..environment.chips import Chip, get_chip
 from ..errors import SpecError
-from ..sharding.ici import ici_assumptions
 
 # bf16 passes of the MXU per f32 matmul, by torch_xla's mat-mul precision for 32-bit inputs
 # (torch_xla.backends.set_mat_mul_precision's documentation: "default" downcasts to bf16, "high"
 # takes three passes, "highest" six). torch_xla 2.9 runs "default" unless a program sets another,
-# and the workbench sets none (the cost run records the precision it compiled with).
+# and the workbench sets none.
 MATMUL_PASSES = {"default": 1, "high": 3, "highest": 6}
 
 # Opcodes the ICI model times; everything else of the entry computation is compute or HBM.
@@ -47,8 +44,8 @@ def op_times(ops: pd.DataFrame, chip: str | Chip = "v6e", precision: str = "defa
     gives them); collectives are left out (the ICI model times them).
 
     An op is f32 when its result is (32- or 64-bit), unless `dtype` (``"bfloat16"`` or
-    ``"float32"``) says what the model trains in: XLA:CPU's optimised HLO computes bf16 dots
-    in f32 (it has no bf16 matmul), which a TPU would not."""
+    ``"float32"``) says how all its matmuls run (a TPU program's f32 results often come from
+    bf16 matmuls: mixed precision, or torch_xla's default precision)."""
     c = get_chip(chip) if isinstance(chip, str) else chip
     if precision not in MATMUL_PASSES:
         raise SpecError(f"precision must be one of {', '.join(MATMUL_PASSES)}, got "
@@ -88,15 +85,15 @@ def totals(ops: pd.DataFrame, collectives: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def extrapolate(one: Mapping[str, float], two: Mapping[str, float],
-                layers: int) -> dict[str, float]:
-    """Totals of a model of `layers` blocks from compiles of the same model with one and two
-    blocks: what one block adds is ``two - one``, and embeddings, head and loss are in ``one``
-    once: ``one + (layers - 1) * (two - one)`` for every total."""
+def extrapolate(one: Mapping[str, float], two: Mapping[str, float], layers: int,
+                first: int = 1) -> dict[str, float]:
+    """Totals of a model of `layers` blocks from compiles of the same model with `first` and
+    ``first + 1`` blocks: what one block adds is ``two - one``, and embeddings, head and loss
+    are in ``one`` once: ``one + (layers - first) * (two - one)`` for every total."""
     if not isinstance(layers, int) or layers < 1:
         raise SpecError(f"layers must be a positive int, got {layers!r}")
     keys = set(one) | set(two)
-    return {k: one.get(k, 0.0) + (layers - 1) * (two.get(k, 0.0) - one.get(k, 0.0))
+    return {k: one.get(k, 0.0) + (layers - first) * (two.get(k, 0.0) - one.get(k, 0.0))
             for k in sorted(keys)}
 
 
@@ -144,32 +141,6 @@ def predict_step(total: Mapping[str, float], chip: str | Chip, chips: int, model
             "bottleneck": bottleneck, "flops_per_device": total["flops"],
             "bytes_per_device": total["bytes"],
             "collective_bytes_per_device": total.get("collective_bytes", 0.0)}
-
-
-def assumptions(chip: str | Chip = "v6e", precision: str = "default") -> list[str]:
-    """What every prediction assumes, one sentence each (listed under every chart)."""
-    c = get_chip(chip) if isinstance(chip, str) else chip
-    passes = MATMUL_PASSES[precision]
-    f32 = ("the same (its f32 matmuls run as one bf16 pass)" if passes == 1
-           else f"1/{passes} of it ({passes} bf16 passes)")
-    return [
-        "Predicted, not measured: per-device FLOPs and bytes from XLA's cost analysis of the "
-        "SPMD-partitioned step as XLA:CPU compiled it (its fusions, not a TPU's).",
-        f"Per op: max(FLOPs / peak, bytes / HBM bandwidth) on {c.name}: {c.bf16_tflops:g} "
-        f"TFLOP/s for a bf16 model, and for an f32 one at torch_xla's '{precision}' mat-mul "
-        f"precision {f32}; "
-        f"{c.hbm_gbps:g} GB/s HBM. Bytes as XLA:CPU fused the step (it upcasts bf16 math to "
-        "f32), attention as the model computes it (its S x S scores pass through HBM; a "
-        "flash-attention kernel would keep them on chip).",
-        "Collectives XLA inserted, timed on the slice's torus: " + ici_assumptions(c.name),
-        "No overlap = compute + communication; perfect overlap = the larger of the two. MFU: "
-        "the model's FLOPs per step over the bf16 peak of every chip of the slice.",
-        "Large models: one and two blocks compiled at full width on the real mesh of virtual "
-        "devices, the difference scaled to the model's blocks (embeddings and head once).",
-        "Adam's moments are created inside the compiled step (no buffers allocated), so their "
-        "HBM reads are not counted; activation recomputation, where asked, scales compute and "
-        "HBM time by 4/3 (the forward pass again).",
-    ]
 
 
 def calibration(predicted: Mapping[str, Any], measured_ms: float) -> dict[str, Any]:

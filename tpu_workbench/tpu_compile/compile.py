@@ -21,11 +21,12 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout, beside .venv-libtpu
 LIBTPU_VENV = ROOT / ".venv-libtpu"
 MAIN = Path(__file__).with_name("libtpu_main.py")
 LOCK = Path(tempfile.gettempdir()) / "tpu_workbench_libtpu.lock"
-ATTEMPTS = 3  # libtpu 0.0.51 aborts now and then on a program it compiles on the next try
+ATTEMPTS = 3  # libtpu aborts now and then beside another libtpu (see compile_proto)
 MAX_TRACE_DEVICES = 64  # torch_xla 2.9 traces a backward pass on at most 64 virtual devices
 DTYPES = tuple(sharding.STATE_BYTES)
 INSTALL_HINT = ("set it up with `python3 scripts/dev.py setup` (it builds .venv-libtpu from "
@@ -166,7 +167,8 @@ class TPUCompile(CompiledProgram):
 
     def provenance(self) -> dict[str, Any]:
         """What was compiled, for which slice, by which compiler, when (for a saved figure)."""
-        keep = ("topology", "chips", "device_kind", "libtpu", "jax", "compile_s", "compiled_at")
+        keep = ("topology", "chips", "device_kind", "libtpu", "jax", "libtpu_flags", "compile_s",
+                "compiled_at")
         return {"model": self.model, "preset": self.preset, "slice": self.slice,
                 "strategy": self.strategy, "mesh": list(self.mesh),
                 "batch_size": self.batch_size, "seq_len": self.seq_len, "dtype": self.dtype,
@@ -174,22 +176,34 @@ class TPUCompile(CompiledProgram):
                 "executions": 0}
 
 
+def checked_flags(libtpu_flags: Sequence[str]) -> tuple[str, ...]:
+    """`libtpu_flags` as a tuple, each ``--name=value`` (SpecError naming the others)."""
+    flags = tuple(libtpu_flags)
+    bad = [f for f in flags if not re.fullmatch(r"--[A-Za-z0-9_]+=\S+", str(f))]
+    if bad:
+        raise SpecError(f"libtpu_flags must each look like --name=value, got {bad}")
+    return flags
+
+
 def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = None,
                   retarget_from: int | None = None, timeout: float = 1800.0,
-                  what: str = "the program",
-                  provenance: dict[str, Any] | None = None) -> CompiledProgram:
+                  what: str = "the program", provenance: dict[str, Any] | None = None,
+                  libtpu_flags: Sequence[str] = ()) -> CompiledProgram:
     """Compile an HLO module proto (``torch_xla._XLAC._get_xla_tensors_hlo_proto``, sharding
     annotations included) for `slice` with libtpu, in a process of its own; cached by (HLO
     fingerprint, topology, libtpu version, the compile script). `retarget_from`: the device
-    count of the 1-D mesh it was traced on, when smaller than the slice. Raises
-    :class:`DoesNotFit` or SpecError."""
+    count of the 1-D mesh it was traced on, when smaller than the slice. `libtpu_flags`: the
+    compiler's own flags (``LIBTPU_INIT_ARGS``), e.g. MaxText's
+    ``--xla_jf_spmd_threshold_for_windowed_einsum_mib=1000000`` (no collective matmuls).
+    Raises :class:`DoesNotFit` or SpecError."""
     sl = get_slice(slice)
+    flags = checked_flags(libtpu_flags)
     version = libtpu_version()
     proto = Path(proto)
     topology, bounds = topology_name(sl)
     key = hashlib.sha256(proto.read_bytes() + _read(proto.with_name("aliases.json"))
                          + MAIN.read_bytes() + json.dumps(
-        [topology, bounds, retarget_from and sl.chips, version]).encode()).hexdigest()[:20]
+        [topology, bounds, retarget_from and sl.chips, version, flags]).encode()).hexdigest()[:20]
     folder = results_dir() / "tpu_compiles" / f"{sl.name}-{key}"
     mesh = tuple(mesh or (sl.chips,))
     if (folder / "compiled.json").exists():
@@ -201,24 +215,29 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
     aliases = proto.with_name("aliases.json")
     request = {"proto": str(proto.resolve()), "topology": topology, "host_bounds": bounds,
                "out": str(partial), "retarget_from": retarget_from,
-               "aliases": json.loads(aliases.read_text()) if aliases.exists() else []}
+               "aliases": json.loads(aliases.read_text()) if aliases.exists() else [],
+               "libtpu_flags": list(flags)}
     (partial / "request.json").write_text(json.dumps(
         {**request, "slice": sl.name, **(provenance or {})}, indent=1, default=str))
     started = time.perf_counter()
     try:
-        # One compile at a time on a machine, and again when libtpu aborts: it sometimes
-        # does (SIGABRT in a layout check, "pad_high"), and the same program then compiles
-        # on the next try. The compile-only client never opens a chip, so beside a training
-        # job on a TPU VM it need not wait for libtpu's own one-process lock.
+        # One compile at a time on a machine, and again if libtpu aborts. Checked here: with
+        # another libtpu loaded at the same time (libtpu 0.0.21 in .venv, imported by a
+        # torch_xla worker tracing beside it) the compiler aborted now and then in a
+        # windowing check ("pad_high", a bound read from garbage) on programs that compile
+        # alone. The compile-only client never opens a chip, so beside a training job on a
+        # TPU VM it need not wait for libtpu's one-process lock (not checked: no TPU here).
         with open(LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             for attempts in range(1, ATTEMPTS + 1):  # noqa: B007 - the count is recorded
                 done = subprocess.run(
                     [str(libtpu_python()), str(MAIN), str(partial / "request.json")],
                     capture_output=True, text=True, timeout=timeout,
-                    env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+                    env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+                         "LIBTPU_INIT_ARGS": " ".join(flags)})
                 if done.returncode >= 0:  # compiled, or refused with a message
                     break
+                (partial / f"aborted-{attempts}.log").write_text(done.stderr)
     except subprocess.TimeoutExpired:
         shutil.rmtree(partial, ignore_errors=True)
         raise SpecError(f"libtpu {version} did not finish compiling {what} for {sl.name} "
@@ -228,7 +247,10 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
         message = error.read_text() if error.exists() else (
             f"the compiler process ended with code {done.returncode}: "
             + " | ".join(done.stderr.strip().splitlines()[-4:]))
-        shutil.rmtree(partial, ignore_errors=True)
+        failed = folder.with_name(folder.name + ".failed")  # kept: what libtpu said, in full
+        shutil.rmtree(failed, ignore_errors=True)
+        partial.rename(failed)
+        (failed / "stderr.txt").write_text(done.stderr)
         if "RESOURCE_EXHAUSTED" in message:
             raise DoesNotFit(f"{what} does not fit {sl.name}: libtpu {version} says "
                              f"{_clip(message)}")
@@ -238,6 +260,7 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
     compiled["compiled_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
     compiled["wall_s"] = time.perf_counter() - started
     compiled["attempts"] = attempts
+    compiled["libtpu_flags"] = list(flags)
     (partial / "compiled.json").write_text(json.dumps(compiled, indent=1))
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)  # whole or not at all
@@ -247,20 +270,23 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
 def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fsdp",
                 seq_len: int = 2048, batch_size: int = 8, dtype: str | None = None,
                 layers: int | None = None, options: dict[str, Any] | None = None,
-                pool: WorkerPool | None = None, timeout: float = 1800.0,
+                libtpu_flags: Sequence[str] = (), pool: WorkerPool | None = None,
+                timeout: float = 1800.0,
                 on_progress: Callable[[str], None] | None = None) -> TPUCompile:
     """Compile one training step (forward, backward, AdamW) of `model`/`preset` at global
     `batch_size` x `seq_len` tokens for `slice` with `strategy`, on libtpu, with no chip.
 
     `dtype`: ``bfloat16`` (hf:* default; mixed precision: fp32 weights and Adam state, bf16
     compute) or ``float32``. `layers`: compile this many blocks instead of the model's own
-    (:func:`tpu_workbench.predict` extrapolates from one and two). Raises SpecError before any
+    (:func:`tpu_workbench.predict` extrapolates from two). `libtpu_flags`: see
+    :func:`compile_proto`. Raises SpecError before any
     work for a bad slice, strategy, batch or option; :class:`DoesNotFit` when the compiler says
     the program needs more HBM than a chip has; SpecError naming the spec and slice for any
     other compile error.
     """
     family = models.get_model(model)
     sl = get_slice(slice)
+    checked_flags(libtpu_flags)
     strategy = sharding.strategy_name(strategy)
     if strategy is None:
         raise SpecError(f"strategy must be one of {', '.join(sharding.STRATEGIES)}, got None")
@@ -281,6 +307,13 @@ def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "
             raise SpecError(f"{strategy} on {sl.name} ({sl.chips} chips, mesh "
                             f"{'x'.join(map(str, mesh))}): slices above {MAX_TRACE_DEVICES} "
                             "chips compile only 1-D strategies (dp, fsdp) here")
+        if opts.get("attn_implementation") == "flash":
+            raise SpecError(
+                f"flash attention on {sl.name}: above {MAX_TRACE_DEVICES} chips the step is "
+                f"traced on {MAX_TRACE_DEVICES} devices and its shardings rewritten, but the "
+                "flash kernel is traced at each device's own shapes, which no rewrite can "
+                f"change; use eager or sdpa attention there, or a slice of at most "
+                f"{MAX_TRACE_DEVICES} chips")
         trace_mesh, retarget_from = (MAX_TRACE_DEVICES,), MAX_TRACE_DEVICES
     spec = ExperimentSpec(model=model, preset=preset, mode="lazy", mesh=trace_mesh,
                           device="cpu", strategy=strategy, batch_size=batch_size, steps=1,
@@ -294,7 +327,8 @@ def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "
     what = f"{model} {preset} {strategy} (batch {batch_size} x {seq_len} tokens)"
     say(f"compiling {what} for {sl.name} with libtpu {version}")
     program = compile_proto(Path(traced.out_dir) / "step.pb", sl.name, mesh, retarget_from,
-                            timeout, what, {"spec": spec.to_dict(), "trace_run": traced.run_id})
+                            timeout, what, {"spec": spec.to_dict(), "trace_run": traced.run_id},
+                            libtpu_flags)
     return TPUCompile(program.slice, mesh, program.folder, program.compiled, program.cached,
                       model=model, preset=preset, strategy=strategy, batch_size=batch_size,
                       seq_len=seq_len, dtype=dtype, options=opts, trace=dict(traced.summary))

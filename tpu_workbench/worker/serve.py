@@ -102,10 +102,6 @@ def _run_task(task: str, ctx: TaskContext, spec: dict[str, Any]) -> dict[str, An
         return generate(ctx, spec, backend_for(runtime_from_env()))
     if task == "probe":
         return runtime_info()
-    if task == "cost":  # compile one step without running it (tpu_workbench.planning.predict)
-        from .cost import cost
-
-        return cost(ctx, spec)
     if task == "trace":  # trace one step for libtpu's compiler (tpu_workbench.tpu_compile)
         from .tpu_trace import trace
 
