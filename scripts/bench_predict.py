@@ -65,7 +65,8 @@ def main() -> int:
                      "predicted_s": r["predicted_step_ms"] / 1e3,
                      "error": r["predicted_step_ms"] / 1e3 / seconds - 1,
                      "efficiency_that_matches": fitted, "bottleneck": r["bottleneck"],
-                     "compiler_memory_gb": r["compiler_memory_gb"], "fits": r["fits"],
+                     "compiler_memory_gb": r["compiler_memory_gb"],
+                     "estimated_memory_gb": r["estimated_memory_gb"], "fits": r["fits"],
                      "collective_matmul": not flags,
                      "source": source, "wall_s": time.perf_counter() - started})
         print(pd.DataFrame(rows[-1:]).to_string(index=False), flush=True)

@@ -28,7 +28,8 @@ def results(tmp_path, monkeypatch):
 # pytest workers a file at a time (scripts/dev.py), and longest-first makes them finish together.
 LONGEST_FIRST = ["test_notebooks.py", "test_models_xla.py", "test_modes.py",
                  "test_nb_sharding.py", "test_browser_exercises.py", "test_sharding.py",
-                 "test_gang.py", "test_generation.py", "test_acceptance.py", "test_hf_models.py",
+                 "test_gang.py", "test_tpu_compile.py", "test_generation.py", "test_acceptance.py",
+                 "test_hf_models.py",
                  "test_sweep.py", "test_cli.py", "test_browser.py"]
 
 

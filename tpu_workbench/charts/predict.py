@@ -41,11 +41,11 @@ def predicted_step_times(frame: pd.DataFrame) -> alt.FacetChart:
         x=x, y="predicted_step_ms:Q", tooltip=tooltip)
     compute = alt.Chart().mark_tick(color="black", thickness=1, size=26).encode(
         x=x, y="predicted_roofline_ms:Q", tooltip=tooltip)
-    compiled = (f"compiled for each slice by libtpu {data['libtpu'].iloc[0]} (not run)"
+    compiled = (f"compiled for each slice by libtpu {data['libtpu'].iloc[0]}, not run"
                 if "libtpu" in data and len(data) else "not measured")
     return alt.layer(bars, compute, estimate, data=data).properties(
         width=max(90, 60 * len(strategies)), height=220).facet(
         column=alt.Column("slice:N", sort=list(dict.fromkeys(frame["slice"])), title=None)
     ).properties(title=alt.TitleParams(
-        f"Predicted step time ({compiled})",
+        f"Predicted step time: {compiled}",
         subtitle="dot: estimate; bar: perfect overlap to no overlap; tick: compute only"))
