@@ -144,6 +144,8 @@ def test_bad_input_is_named_before_anything_is_traced(tmp_path, monkeypatch):
     with pytest.raises(SpecError, match="flash attention on v6e-256: above 64 chips"):
         tpu_compile("hf:llama", "tiny", "v6e-256", seq_len=64, batch_size=256,
                     options={"attn_implementation": "flash"})
+    with pytest.raises(SpecError, match="'resnet' is not a decoder-only transformer"):
+        tpu_compile("resnet", "tiny", "v6e-1", "dp", seq_len=2, batch_size=8)
     with pytest.raises(SpecError, match="unknown preset|preset"):
         tpu_compile("hf:llama", "llama-9", "v6e-8")
     garbage = tmp_path / "step.pb"

@@ -55,9 +55,9 @@ def compile(args: argparse.Namespace) -> int:  # noqa: A001 - the subcommand's n
         tmp.replace(out / name)
     m = c.memory
     print(c.label)
-    print(f"per chip: {m['total_bytes'] / 1e9:.2f} GB of {m['hbm_bytes'] / 1e9:.0f} GB HBM "
-          f"(arguments {m['arguments'] / 1e9:.2f}, outputs {m['outputs'] / 1e9:.2f} of which "
-          f"{m['aliased'] / 1e9:.2f} aliased, temporaries {m['temp'] / 1e9:.2f})")
+    print(f"per chip: {_size(m['total_bytes'])} of the {_size(m['hbm_bytes'])} of HBM a program "
+          f"may use (arguments {_size(m['arguments'])}, outputs {_size(m['outputs'])} of which "
+          f"{_size(m['aliased'])} aliased, temporaries {_size(m['temp'])})")
     print(f"{c.compiled['cost']['flops'] / 1e12:.3g} TFLOP per chip by the compiler's count, "
           f"{c.ops['flops'].sum() / 1e12:.3g} with every loop trip; {len(c.ops)} ops, "
           f"{len(c.collectives)} collectives ("
@@ -66,3 +66,7 @@ def compile(args: argparse.Namespace) -> int:  # noqa: A001 - the subcommand's n
           + (" (cached)" if c.cached else ""))
     print("wrote " + ", ".join(str(out / n) for n in written))
     return 0
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.2f} MB"

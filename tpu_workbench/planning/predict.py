@@ -26,6 +26,7 @@ from ..runs.workers import WorkerPool
 from ..sharding.ici import ici_assumptions
 from ..tpu_compile import DoesNotFit, TPUCompile, tpu_compile
 from ..tpu_compile.compile import checked_flags, step_options
+from ..tpu_compile.results import usable_hbm_bytes
 from . import steptime
 
 DTYPES = tuple(sharding.STATE_BYTES)  # the dtypes the one memory convention knows
@@ -189,13 +190,14 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
     else:
         memory += max(t["mem:temp"] for t in totals) \
             + (layers - BLOCKS[-1]) * common["block_activation_bytes"][(sl.name, strategy)]
-    hbm = get_chip(sl.chip).hbm_gb * 1e9
+    hbm = usable_hbm_bytes(sl.chip)
     row.update(steptime.predict_step(total, sl.chip, sl.chips, common["model_flops"],
                                      MXU_EFFICIENCY))
     how = "" if whole else f"extrapolated from {BLOCKS[0]} and {BLOCKS[1]} blocks, "
     row.update(compiler_memory_gb=memory / 1e9, fits=memory <= hbm,
                reason="" if memory <= hbm else f"the compiler's buffers ({how}"
-               f"{memory / 1e9:.1f} GB) exceed the chip's {hbm / 1e9:.0f} GB HBM",
+               f"{memory / 1e9:.1f} GB) exceed the {hbm / 1e9:.1f} GB of HBM a program may use "
+               f"on a {sl.chip} chip",
                estimate_error=row["estimated_memory_gb"] / (memory / 1e9) - 1,
                collectives=_kinds(found[-1].collectives),
                libtpu=found[0].compiled["libtpu"], compiled_for=found[0].compiled["topology"],

@@ -4,8 +4,8 @@ XLA:CPU devices (never run), compiled by libtpu for a named slice (no chip neede
 Two processes, neither the caller's: a workbench worker traces the step (the ``trace`` task,
 :mod:`tpu_workbench.worker.tpu_trace`) and a fresh ``.venv-libtpu`` interpreter compiles it
 (:mod:`tpu_workbench.tpu_compile.libtpu_main`): jaxlib and torch_xla each carry an XLA, so they
-never share a process. The compile-only client allocates nothing and never locks a chip, so
-this also runs on a TPU VM beside a training job.
+never share a process. The compile-only client allocates nothing and opens no chip (beside a
+training job on a TPU VM: not checked, no TPU here).
 
 >>> c = tpu_compile("hf:llama", "llama-3-8b", "v6e-8", layers=1)   # doctest: +SKIP
 >>> c.label, c.memory["total_bytes"], c.collectives.kind.value_counts()
@@ -250,6 +250,7 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
         failed = folder.with_name(folder.name + ".failed")  # kept: what libtpu said, in full
         shutil.rmtree(failed, ignore_errors=True)
         partial.rename(failed)
+        shutil.rmtree(failed / "dump", ignore_errors=True)  # the request and stderr are enough
         (failed / "stderr.txt").write_text(done.stderr)
         if "RESOURCE_EXHAUSTED" in message:
             raise DoesNotFit(f"{what} does not fit {sl.name}: libtpu {version} says "
@@ -291,6 +292,7 @@ def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "
     if strategy is None:
         raise SpecError(f"strategy must be one of {', '.join(sharding.STRATEGIES)}, got None")
     dtype = dtype or family.planning_dtype
+    family.block_shape(family.config(preset, **dict(options or {})))  # a transformer's step only
     opts = step_options(family, preset, seq_len, dtype, dict(options or {}))
     if layers is not None:
         opts[family.block_shape(family.config(preset, **opts)).layers_option] = layers

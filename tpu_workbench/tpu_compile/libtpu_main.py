@@ -13,8 +13,8 @@ slice's chips: every sharding annotation is rewritten from it to the slice's; 1-
 
 Nothing is allocated or run: the client has no chip. Writes to ``out``: ``compiled.json``
 (versions, device kind, chips, compile time, the compiler's memory stats and cost analysis),
-``tpu_hlo.txt`` (the optimised, partitioned program of chip 0) and ``dump/`` (the compiler's
-own files, among them the memory-usage report). On a compile error, ``error.txt`` and exit 3.
+``tpu_hlo.txt`` (the optimised, partitioned program of chip 0, as the compiler dumped it) and
+``dump/`` (the compiler's memory-usage report of it). On a compile error, ``error.txt`` and exit 3.
 """
 
 from __future__ import annotations
@@ -135,11 +135,11 @@ def main(request_path: str) -> int:
     # The compiler's own text of the program (exe.hlo_modules()[0] can be a small module it
     # extracted, and printing can fail on async ops): the largest after-optimisations dump.
     dumped = max((out / "dump").glob("*after_optimizations.txt"), key=lambda p: p.stat().st_size)
-    (out / "tpu_hlo.txt").write_text(dumped.read_text())
     prefix = dumped.name.removesuffix("after_optimizations.txt")
-    for path in (out / "dump").iterdir():  # keep the program's text and memory report only
+    dumped.replace(out / "tpu_hlo.txt")
+    for path in (out / "dump").iterdir():  # keep the program's memory report only
         if path.is_dir() or not path.name.startswith(prefix) or not path.name.endswith(
-                ("after_optimizations.txt", "memory-usage-report.txt")):
+                "memory-usage-report.txt"):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     compiled = {
         "topology": request["topology"], "chips": len(devices),

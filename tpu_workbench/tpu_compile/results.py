@@ -26,6 +26,18 @@ of the ops that hold a matmul or convolution: the matrix unit's work), ``estimat
 (the TPU cost model's, NaN where it gave none), ``vmem_bytes`` (scoped VMEM the op uses),
 ``is_async`` (a ``-start`` whose ``-done`` comes later: it may overlap)."""
 
+# The HBM libtpu 0.0.51 lets one program use, as its refusals print it (GiB): a v6e chip's
+# "available HBM (31.24G)" of its 32 GiB ("CompileTimeHbmOom", notes/tpu_compiler.md). Other
+# chips: their table HBM, until a refusal says otherwise.
+COMPILER_HBM_GIB = {"v6e": 31.24}
+
+
+def usable_hbm_bytes(chip: str) -> float:
+    """The HBM one program may use on `chip`, by the compiler where known."""
+    c = get_chip(chip)
+    return COMPILER_HBM_GIB[c.name] * 2**30 if c.name in COMPILER_HBM_GIB else c.hbm_gb * 1e9
+
+
 MEMORY_KEYS = {"arguments": "argument_size_in_bytes", "outputs": "output_size_in_bytes",
                "aliased": "alias_size_in_bytes", "temp": "temp_size_in_bytes",
                "code": "generated_code_size_in_bytes", "peak": "peak_memory_in_bytes"}
@@ -37,11 +49,12 @@ def memory_summary(compiled: dict[str, Any], chip: str) -> dict[str, Any]:
     ``temp`` (the block of temporaries the chip allocates: activations and the like),
     ``code``, ``peak`` (the heap simulator's peak, which packs buffers tighter than the
     allocation), ``total_bytes`` (arguments + outputs - aliased + temp: what the chip holds),
-    ``hbm_bytes`` (the chip's), ``fraction`` and ``fits``."""
+    ``hbm_bytes`` (what the compiler lets a program use: :func:`usable_hbm_bytes`),
+    ``fraction`` and ``fits``."""
     stats = compiled["memory"]
     out: dict[str, Any] = {k: int(stats.get(v, 0)) for k, v in MEMORY_KEYS.items()}
     total = out["arguments"] + out["outputs"] - out["aliased"] + out["temp"]
-    hbm = get_chip(chip).hbm_gb * 1e9
+    hbm = usable_hbm_bytes(chip)
     out.update(total_bytes=total, hbm_bytes=hbm, fraction=total / hbm, fits=total <= hbm)
     return out
 

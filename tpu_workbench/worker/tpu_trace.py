@@ -48,6 +48,8 @@ def trace(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     import torch_xla.core.xla_builder as xb
     import torch_xla.distributed.spmd as xs
 
+    from kernels.xla_flash import tpu_lowering
+
     from ..sharding.mesh import batch_partition
     from ..sharding.strategies import buffer_specs, param_specs
     from . import spmd
@@ -96,8 +98,9 @@ def trace(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     buffer_list = []
     for name, b in list(model.named_buffers()):
         owner, _, key = name.rpartition(".")
-        model.get_submodule(owner)._buffers[key] = placeholder(b, buffers.get(name))
-        buffer_list.append((model.get_submodule(owner)._buffers[key], buffers.get(name)))
+        new = placeholder(b, buffers.get(name))
+        model.get_submodule(owner)._buffers[key] = new
+        buffer_list.append((new, buffers.get(name)))
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr or family.default_lr, foreach=False)
     state_specs = []
@@ -113,8 +116,6 @@ def trace(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
                             batch_partition(spec.strategy, mesh.mesh_shape, 2)) for k in "xy"}
     autocast = (torch.autocast("xla", dtype=torch.bfloat16) if mixed
                 else contextlib.nullcontext())
-    from kernels.xla_flash import tpu_lowering
-
     with autocast, tpu_lowering():  # Pallas kernels (flash attention) lowered for the TPU
         loss = make_step(family, model, opt, ChangeHooks(None))(batch)
     # The updated state leaves the step sharded as it came in, and in the buffers it came in
