@@ -143,6 +143,11 @@ def test_bad_input_is_refused_before_anything_compiles():
                        "n_positions=1024"):
         predict("hf:gpt2", "gpt2", slices=["v6e-8"], batch_size=8, seq_len=4096,
                 pool=_NoPool())
+    # dp_tp's model axis of 4 does not divide 2 heads: refused before fsdp's compile starts
+    with pytest.raises(SpecError, match="'dp_tp' splits hf:llama's num_attention_heads"):
+        predict("hf:llama", "tiny", slices=["v6e-8"], strategies=["fsdp", "dp_tp"],
+                seq_len=64, batch_size=8, pool=_NoPool(),
+                options={"num_attention_heads": 2, "num_key_value_heads": 2})
     # Llama-3-8B on one v6e chip: 16 bytes per parameter (fp32 weights, grads and moments) is
     # 128 GB before any activation; nothing fits, nothing is traced
     with pytest.raises(SpecError, match=r"no plan fits, nothing to predict: .*alone.* v6e-1 "

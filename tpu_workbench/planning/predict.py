@@ -25,7 +25,7 @@ from ..errors import SpecError
 from ..runs.workers import WorkerPool
 from ..sharding.ici import ici_assumptions
 from ..tpu_compile import DoesNotFit, TPUCompile, tpu_compile
-from ..tpu_compile.compile import checked_flags, step_options
+from ..tpu_compile.compile import checked_flags, step_options, step_plan
 from ..tpu_compile.results import usable_hbm_bytes
 from . import steptime
 
@@ -121,6 +121,9 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
                 raise SpecError(f"batch_size={batch_size!r} does not split over {ways} data "
                                 f"shards ({strategy} on {sl.name}, mesh "
                                 f"{'x'.join(map(str, mesh))}): use a multiple of {ways}")
+            for n in ([None] if whole else BLOCKS):  # every compile checked before any runs
+                step_plan(model, preset, sl.name, strategy, seq_len, batch_size, dtype, n,
+                          _compile_options(base), libtpu_flags)
             plans.append((sl, strategy, mesh))
     fit = _fit(family, preset, base, [s.name for s, *_ in plans], strategies, batch_size,
                seq_len, dtype, recompute, attention == "flash").set_index(["slice", "strategy"])
@@ -170,8 +173,7 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
         try:
             found.append(tpu_compile(common["model"], common["preset"], sl.name, strategy,
                                      common["seq_len"], common["batch_size"], common["dtype"],
-                                     layers=n, options={k: v for k, v in options.items()
-                                                        if k not in ("length", "dtype")},
+                                     layers=n, options=_compile_options(options),
                                      libtpu_flags=tuple(common["libtpu_flags"].split()),
                                      pool=pool, timeout=timeout, on_progress=on_progress))
         except DoesNotFit as exc:
@@ -204,6 +206,12 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
                compile_s=sum(p.compiled["compile_s"] for p in found),
                predict_s=time.perf_counter() - started)
     return row
+
+
+def _compile_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The model options of a plan without the step's own (length and dtype: tpu_compile sets
+    them from seq_len and dtype)."""
+    return {k: v for k, v in options.items() if k not in ("length", "dtype")}
 
 
 def _block_activation_bytes(shape: Any, sl: Any, strategy: str, mesh: tuple[int, ...],

@@ -268,23 +268,24 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
     return CompiledProgram(sl.name, mesh, folder, compiled)
 
 
-def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fsdp",
-                seq_len: int = 2048, batch_size: int = 8, dtype: str | None = None,
-                layers: int | None = None, options: dict[str, Any] | None = None,
-                libtpu_flags: Sequence[str] = (), pool: WorkerPool | None = None,
-                timeout: float = 1800.0,
-                on_progress: Callable[[str], None] | None = None) -> TPUCompile:
-    """Compile one training step (forward, backward, AdamW) of `model`/`preset` at global
-    `batch_size` x `seq_len` tokens for `slice` with `strategy`, on libtpu, with no chip.
+@dataclass(frozen=True)
+class StepPlan:
+    """A validated step to trace (:func:`step_plan`): the worker's spec, the slice's mesh,
+    and the device count the trace's shardings are rewritten from (None: traced as is)."""
 
-    `dtype`: ``bfloat16`` (hf:* default; mixed precision: fp32 weights and Adam state, bf16
-    compute) or ``float32``. `layers`: compile this many blocks instead of the model's own
-    (:func:`tpu_workbench.predict` extrapolates from two). `libtpu_flags`: see
-    :func:`compile_proto`. Raises SpecError before any
-    work for a bad slice, strategy, batch or option; :class:`DoesNotFit` when the compiler says
-    the program needs more HBM than a chip has; SpecError naming the spec and slice for any
-    other compile error.
-    """
+    spec: ExperimentSpec
+    slice: str
+    mesh: tuple[int, ...]
+    dtype: str
+    retarget_from: int | None
+
+
+def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fsdp",
+              seq_len: int = 2048, batch_size: int = 8, dtype: str | None = None,
+              layers: int | None = None, options: dict[str, Any] | None = None,
+              libtpu_flags: Sequence[str] = ()) -> StepPlan:
+    """Everything :func:`tpu_compile` checks before it traces anything: SpecError naming the
+    value for a bad slice, strategy, batch, option, flag or a model that is no transformer."""
     family = models.get_model(model)
     sl = get_slice(slice)
     checked_flags(libtpu_flags)
@@ -320,20 +321,43 @@ def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "
     spec = ExperimentSpec(model=model, preset=preset, mode="lazy", mesh=trace_mesh,
                           device="cpu", strategy=strategy, batch_size=batch_size, steps=1,
                           options=opts)
-    spec.validate()
+    spec.validate()  # e.g. heads the model axis does not divide
+    return StepPlan(spec, sl.name, mesh, dtype, retarget_from)
+
+
+def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fsdp",
+                seq_len: int = 2048, batch_size: int = 8, dtype: str | None = None,
+                layers: int | None = None, options: dict[str, Any] | None = None,
+                libtpu_flags: Sequence[str] = (), pool: WorkerPool | None = None,
+                timeout: float = 1800.0,
+                on_progress: Callable[[str], None] | None = None) -> TPUCompile:
+    """Compile one training step (forward, backward, AdamW) of `model`/`preset` at global
+    `batch_size` x `seq_len` tokens for `slice` with `strategy`, on libtpu, with no chip.
+
+    `dtype`: ``bfloat16`` (hf:* default; mixed precision: fp32 weights and Adam state, bf16
+    compute) or ``float32``. `layers`: compile this many blocks instead of the model's own
+    (:func:`tpu_workbench.predict` extrapolates from two). `libtpu_flags`: see
+    :func:`compile_proto`. Raises SpecError before any work for bad input
+    (:func:`step_plan`); :class:`DoesNotFit` when the compiler says the program needs more
+    HBM than a chip has; SpecError naming the spec and slice for any other compile error.
+    """
+    plan = step_plan(model, preset, slice, strategy, seq_len, batch_size, dtype, layers,
+                     options, libtpu_flags)
+    spec = plan.spec
     version = libtpu_version()  # before the trace: a missing compiler fails fast
     say = on_progress or (lambda _m: None)
-    say(f"tracing {model} {preset} {strategy} on {'x'.join(map(str, trace_mesh))} virtual "
+    say(f"tracing {model} {preset} {spec.strategy} on {'x'.join(map(str, spec.mesh))} virtual "
         "devices (nothing runs)")
     traced = run(spec, task="trace", pool=pool, timeout=timeout, reuse=True)
-    what = f"{model} {preset} {strategy} (batch {batch_size} x {seq_len} tokens)"
-    say(f"compiling {what} for {sl.name} with libtpu {version}")
-    program = compile_proto(Path(traced.out_dir) / "step.pb", sl.name, mesh, retarget_from,
-                            timeout, what, {"spec": spec.to_dict(), "trace_run": traced.run_id},
-                            libtpu_flags)
-    return TPUCompile(program.slice, mesh, program.folder, program.compiled, program.cached,
-                      model=model, preset=preset, strategy=strategy, batch_size=batch_size,
-                      seq_len=seq_len, dtype=dtype, options=opts, trace=dict(traced.summary))
+    what = f"{model} {preset} {spec.strategy} (batch {batch_size} x {seq_len} tokens)"
+    say(f"compiling {what} for {plan.slice} with libtpu {version}")
+    program = compile_proto(Path(traced.out_dir) / "step.pb", plan.slice, plan.mesh,
+                            plan.retarget_from, timeout, what,
+                            {"spec": spec.to_dict(), "trace_run": traced.run_id}, libtpu_flags)
+    return TPUCompile(program.slice, plan.mesh, program.folder, program.compiled,
+                      program.cached, model=model, preset=preset, strategy=spec.strategy,
+                      batch_size=batch_size, seq_len=seq_len, dtype=plan.dtype,
+                      options=dict(spec.options), trace=dict(traced.summary))
 
 
 def _read(path: Path) -> bytes:
