@@ -37,6 +37,7 @@ from .. import models, sharding
 from ..environment.chips import Slice, get_slice
 from ..environment.paths import results_dir
 from ..errors import SpecError
+from ..hlo.parse import clip
 from ..runs.runner import run
 from ..runs.spec import ExperimentSpec
 from ..runs.workers import WorkerPool
@@ -254,9 +255,9 @@ def compile_proto(proto: Path | str, slice: str, mesh: tuple[int, ...] | None = 
         (failed / "stderr.txt").write_text(done.stderr)
         if "RESOURCE_EXHAUSTED" in message:
             raise DoesNotFit(f"{what} does not fit {sl.name}: libtpu {version} says "
-                             f"{_clip(message)}")
+                             f"{clip(' '.join(message.split()), 600)}")
         raise SpecError(f"libtpu {version} could not compile {what} for {sl.name}: "
-                        f"{_clip(message)}")
+                        f"{clip(' '.join(message.split()), 600)}")
     compiled = json.loads((partial / "compiled.json").read_text())
     compiled["compiled_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
     compiled["wall_s"] = time.perf_counter() - started
@@ -362,9 +363,3 @@ def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "
 
 def _read(path: Path) -> bytes:
     return path.read_bytes() if path.exists() else b""
-
-
-def _clip(text: str, limit: int = 600) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + " ..."
-
