@@ -304,7 +304,9 @@ def _():
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(f"_{sharding.CONVENTION}_")
+    mo.md(f"""
+    _{sharding.CONVENTION}_
+    """)
     return
 
 
@@ -370,8 +372,15 @@ def _():
 
 
 @app.cell
-def _(ask_compiler, compiler_slice, global_batch, model_ref, plan_preset, recompute,
-      seq_len):
+def _(
+    ask_compiler,
+    compiler_slice,
+    global_batch,
+    model_ref,
+    plan_preset,
+    recompute,
+    seq_len,
+):
     mo.stop(not ask_compiler.value,
             mo.md("_Press **compile with libtpu**: nothing is compiled before that._"))
     try:

@@ -68,3 +68,26 @@ def test_loss_curves_title():
     assert "the same in every mode" not in _labels(_svg(charts.loss_curves(steps)))
     assert charts.loss_curves(steps).to_dict()["title"] == "training loss per mode"
     assert charts.loss_curves(steps, title="loss").to_dict()["title"] == "loss"
+
+
+def test_a_mode_has_one_colour_in_every_chart_whatever_else_is_drawn():
+    """`lazy` is drawn in its own colour of the one palette whether it is alone or beside other
+    modes (a scheme by order of appearance gave it another colour on each page), and the
+    palette names every execution mode."""
+    from tpu_workbench.charts._common import MODE_COLORS
+    from tpu_workbench.runs.spec import MODES
+
+    assert set(MODE_COLORS) == set(MODES)
+    assert len(set(MODE_COLORS.values())) == len(MODE_COLORS)
+    lazy = MODE_COLORS["lazy"].lower()
+
+    def steps(modes):
+        return pd.DataFrame([{"step": s, "wall_ms": 10.0 + i, "loss": 1.0 / (s + 1), "mode": m}
+                             for i, m in enumerate(modes) for s in range(3)])
+
+    for frame in (steps(["lazy"]), steps(["torch_eager", "compile", "lazy"])):
+        for chart in (charts.step_times(frame), charts.loss_curves(frame)):
+            strokes = set(re.findall(r'stroke="(#[0-9a-fA-F]{6})"', _svg(chart)))
+            assert lazy in {c.lower() for c in strokes}
+    alone = re.findall(r'fill="(#[0-9a-fA-F]{6})"', _svg(charts.steady_times(SUMMARY[1:])))
+    assert lazy in {c.lower() for c in alone}

@@ -58,11 +58,12 @@ def test_exported_problems_finds_errors():
     assert docs.exported_problems(page) == ["cell a: ZeroDivisionError: x"]
 
 
-def test_exported_problems_skips_below_a_stop_but_not_a_section_waiting_for_a_click():
+def test_exported_problems_finds_ancestor_stopped_boxes_and_sections_waiting_for_a_click():
     stopped = ('<script>"__MARIMO_MOUNT_CONFIG__": Object.freeze({"session": {"cells": [{"id": '
                '"a", "outputs": [{"type": "error", "ename": "ancestor-stopped", "evalue": ""}], '
                '"console": []}]}})</script>')
-    assert docs.exported_problems(stopped) == []
+    assert docs.exported_problems(stopped) == [
+        "cell a: marimo's 'Ancestor stopped' box (a cell above it called mo.stop)"]
     import marimo as mo
 
     waiting = mo.callout(mo.md("Press **run** above to train with these settings.")).text

@@ -125,7 +125,11 @@ def exported_problems(page: str) -> list[str]:
     for cell in config["session"]["cells"]:
         for out in cell.get("outputs", []):
             if out.get("type") == "error" and out.get("ename") == "ancestor-stopped":
-                continue  # below a deliberate `mo.stop`, which shows its own reason
+                # marimo's "Ancestor stopped" box: a waiting section must say in words what it
+                # waits for (notebook.Sections), never stop the cells below it
+                problems.append(f"cell {cell['id']}: marimo's 'Ancestor stopped' box (a cell "
+                                "above it called mo.stop)")
+                continue
             if _WAITS_FOR_CLICK.search(_decoded(json.dumps(out.get("data", "")))):
                 problems.append(f"cell {cell['id']}: waited for a click instead of measuring "
                                 "on open")

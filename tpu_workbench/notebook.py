@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 import math
 import os
+from collections.abc import Callable
+from typing import Any
 
 SMOKE_ENV = "TPU_WORKBENCH_SMOKE"
 # Set by the docs export: every page measures afresh instead of reusing stored runs.
@@ -33,12 +35,66 @@ def reuse_ok() -> bool:
 
 
 def may_measure(opened: set[str], section: str, clicked: bool) -> bool:
-    """Whether a notebook's `section` may start a worker now: on its first run since the
-    notebook opened (`opened` holds the sections that ran) or when its run button was clicked.
-    After that a control change alone only shows a stored run of the new settings, if any."""
+    """Deprecated: :class:`Sections` (kept until every notebook uses it)."""
     first = section not in opened
     opened.add(section)
     return first or clicked
+
+
+class Sections:
+    """When each section of a notebook measures: on its first run after the notebook opens
+    (showing a stored run of the same settings instead, if this environment measured one), then
+    only when its run button is pressed (always measuring afresh). A control changed in between
+    shows a stored run of the new settings if there is one, and otherwise waits.
+
+    A waiting section shows what it waits for as its cell's output and returns None instead of
+    calling ``mo.stop``: every cell below a stopped one would show marimo's "Ancestor stopped"
+    box. One instance per notebook, made in its setup cell."""
+
+    def __init__(self) -> None:
+        self._opened: set[str] = set()
+
+    def reuse(self, name: str, clicked: bool, stored: Callable[[], bool] = lambda: False,
+              waiting: str = "Press **run** above to measure with these settings.") -> bool | None:
+        """The ``reuse`` flag for section `name`'s run now, or None where it must wait (the
+        `waiting` callout is then the cell's output). `clicked`: its run button's value;
+        `stored()`: whether stored runs of the current settings exist (asked only when that
+        decides)."""
+        first = name not in self._opened
+        self._opened.add(name)
+        reuse = reuse_ok() and not clicked
+        if first or clicked or (reuse and stored()):
+            return reuse
+        import marimo as mo
+
+        mo.output.replace(mo.callout(mo.md(waiting), kind="info"))
+        return None
+
+    def run_live(self, name: str, button: Any, specs: list, cold: bool = False,
+                 waiting: str = "Press **run** above to train with these settings.", **kwargs):
+        """:func:`run_live` of `specs` (a Comparison) under :meth:`reuse`'s rule, or None while
+        waiting. `button`: the section's ``mo.ui.run_button``."""
+        from .runs.store import reusable
+
+        reuse = self.reuse(name, bool(button.value),
+                           lambda: all(reusable(s, cold=cold) for s in specs), waiting)
+        return None if reuse is None else run_live(specs, cold=cold, reuse=reuse, **kwargs)
+
+    def run(self, name: str, button: Any, spec: Any, title: str = "measuring",
+            waiting: str = "Press **run** above to measure with these settings."):
+        """One run of `spec` (a RunResult) under :meth:`reuse`'s rule with a spinner titled
+        `title`, or None while waiting."""
+        import marimo as mo
+
+        from .runs.runner import run
+        from .runs.store import reusable
+
+        reuse = self.reuse(name, bool(button.value), lambda: reusable(spec) is not None,
+                           waiting)
+        if reuse is None:
+            return None
+        with mo.status.spinner(title=title):
+            return run(spec, reuse=reuse)
 
 
 def _where(result) -> str:

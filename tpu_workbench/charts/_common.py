@@ -7,7 +7,30 @@ from typing import Any
 
 from ..records import require_columns
 
-__all__ = ["require_columns", "save_chart"]
+__all__ = ["MODE_COLORS", "mode_scale", "require_columns", "save_chart"]
+
+# One colour per execution mode in every chart of every notebook (a scheme assigned by order of
+# appearance gave `lazy` another colour on each page). Plain PyTorch greys and olive, torch_xla
+# warm to blue, TorchTPU browns and cyan. tests/test_mode_charts.py keeps the keys equal to
+# runs.spec.MODES.
+MODE_COLORS: dict[str, str] = {
+    "torch_eager": "#7f7f7f", "inductor": "#bcbd22",
+    "eager": "#d62728", "lazy": "#ff7f0e", "compile": "#1f77b4", "dynamo": "#9467bd",
+    "tpu_eager": "#8c564b", "tpu_fused": "#e377c2", "tpu_compile": "#17becf",
+}
+OTHER_COLOR = "#333333"
+
+
+def mode_scale(modes: Any = ()) -> Any:
+    """An Altair colour scale giving each mode of `modes` (the values a chart's ``mode`` column
+    holds) its colour of :data:`MODE_COLORS`, in that table's order; any other value dark
+    grey. Without `modes`, every mode of the table."""
+    import altair as alt
+
+    present = list(dict.fromkeys(str(m) for m in modes)) or list(MODE_COLORS)
+    domain = [m for m in MODE_COLORS if m in present] + [m for m in present
+                                                          if m not in MODE_COLORS]
+    return alt.Scale(domain=domain, range=[MODE_COLORS.get(m, OTHER_COLOR) for m in domain])
 
 
 def save_chart(chart: Any, out: Path, name: str) -> list[Path]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from ._common import require_columns
+from ._common import mode_scale, require_columns
 
 UTILISATION = {"duty_cycle_pct": "duty cycle", "tensorcore_util_pct": "TensorCore utilisation"}
 
@@ -26,7 +26,7 @@ def chip_metrics(samples: pd.DataFrame) -> alt.VConcatChart:
     x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d"))
     util = (alt.Chart(long).mark_line(point=True)
             .encode(x=x, y=alt.Y("percent:Q", title="%", scale=alt.Scale(domain=[0, 100])),
-                    color=alt.Color("mode:N", scale=alt.Scale(scheme="tableau10")),
+                    color=alt.Color("mode:N", scale=mode_scale(samples["mode"])),
                     tooltip=["mode", "chips", "step", "metric",
                              alt.Tooltip("percent:Q", format=".1f")])
             .properties(width=250, height=160)
@@ -38,7 +38,7 @@ def chip_metrics(samples: pd.DataFrame) -> alt.VConcatChart:
         hbm_gb=lambda f: f["hbm_used_bytes"] / 1e9)
     memory = (alt.Chart(hbm).mark_line(point=True)
               .encode(x=x, y=alt.Y("hbm_gb:Q", title="HBM in use (GB)"),
-                      color=alt.Color("mode:N", scale=alt.Scale(scheme="tableau10")),
+                      color=alt.Color("mode:N", scale=mode_scale(samples["mode"])),
                       tooltip=["mode", "chips", "step",
                                alt.Tooltip("hbm_gb:Q", format=".2f")])
               .properties(title="HBM in use, mean per chip of the run", width=520,

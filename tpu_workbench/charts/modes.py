@@ -11,9 +11,8 @@ import math
 import altair as alt
 import pandas as pd
 
-from ._common import require_columns
+from ._common import mode_scale, require_columns
 
-MODE_COLORS = alt.Scale(scheme="tableau10")
 # Steps are whole numbers: no 0.2, 0.4... ticks when a run has few of them.
 STEP_AXIS = alt.Axis(tickMinStep=1, format="d")
 
@@ -34,7 +33,7 @@ def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.Chart:
         alt.Chart(steps)
         .mark_line(point=True)
         .encode(x=alt.X("step:Q", title="step", axis=STEP_AXIS), y=y,
-                color=alt.Color("mode:N", scale=MODE_COLORS), tooltip=tooltip)
+                color=alt.Color("mode:N", scale=mode_scale(steps["mode"])), tooltip=tooltip)
         .properties(title="step time per step (step 0 includes compilation)", width=520,
                     height=260)
     )
@@ -53,7 +52,8 @@ def loss_curves(steps: pd.DataFrame, title: str = "training loss per mode") -> a
         .mark_line()
         .encode(x=alt.X("step:Q", title="step", axis=STEP_AXIS),
                 y=alt.Y("loss:Q", title="training loss"),
-                color=alt.Color("mode:N", scale=MODE_COLORS), tooltip=["mode", "step", "loss"])
+                color=alt.Color("mode:N", scale=mode_scale(steps["mode"])),
+                tooltip=["mode", "step", "loss"])
         .properties(title=title, width=520, height=200)
     )
 
@@ -68,7 +68,7 @@ def steady_times(summary: pd.DataFrame) -> alt.LayerChart:
     base = alt.Chart(summary).encode(y=alt.Y("mode:N", sort="x", title=None))
     bars = base.mark_bar().encode(
         x=alt.X("steady_median_ms:Q", title="steady step time (ms): median, p10-p90"),
-        color=alt.Color("mode:N", scale=MODE_COLORS, legend=None),
+        color=alt.Color("mode:N", scale=mode_scale(summary["mode"]), legend=None),
         tooltip=["mode", alt.Tooltip("steady_median_ms:Q", format=".2f"),
                  alt.Tooltip("steady_p10_ms:Q", format=".2f"),
                  alt.Tooltip("steady_p90_ms:Q", format=".2f")])

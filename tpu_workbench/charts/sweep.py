@@ -5,8 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from ._common import require_columns
-from .modes import MODE_COLORS
+from ._common import mode_scale, require_columns
 
 
 def sweep_times(summary: pd.DataFrame, field: str, y: str = "steady_median_ms") -> alt.LayerChart:
@@ -25,7 +24,8 @@ def sweep_times(summary: pd.DataFrame, field: str, y: str = "steady_median_ms") 
     title = {"steady_median_ms": "steady step time (ms): median, p10-p90",
              "items_per_s": "throughput (items/s)"}.get(y, y)
     tooltip = [c for c in [field, "mode", y, "node", "run_id"] if c in summary.columns]
-    base = alt.Chart(summary).encode(x=x, color=alt.Color("mode:N", scale=MODE_COLORS))
+    base = alt.Chart(summary).encode(
+        x=x, color=alt.Color("mode:N", scale=mode_scale(summary["mode"])))
     chart = base.mark_line(point=True).encode(y=alt.Y(f"{y}:Q", title=title), tooltip=tooltip)
     if y == "steady_median_ms" and {"steady_p10_ms", "steady_p90_ms"} <= set(summary.columns):
         chart = chart + base.mark_rule(strokeWidth=2).encode(y="steady_p10_ms:Q",

@@ -1,0 +1,37 @@
+"""What every notebook's cell graph must look like, read statically (nothing runs): no cell that
+other cells depend on calls ``mo.stop`` (each of them would show marimo's "Ancestor stopped"
+box while the section waits), and no exercise's judge is written in a notebook's visible code."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+from conftest import NOTEBOOKS
+
+
+def _graph(path):
+    spec = importlib.util.spec_from_file_location(f"nb_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # runs the setup cell only
+    app = module.app
+    app._maybe_initialize()  # marimo's own dataflow graph of the cells
+    return app._graph
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_only_cells_nothing_depends_on_call_mo_stop(path):
+    graph = _graph(path)
+    stopping = [cell for cid, cell in graph.cells.items()
+                if "mo.stop(" in cell.code and graph.children.get(cid)]
+    assert not stopping, "cells that call mo.stop and have dependants:\n" + "\n---\n".join(
+        cell.code[:300] for cell in stopping)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercise_judges_live_in_the_library(path):
+    text = path.read_text()
+    assert not re.search(r"@app\.function[^\n]*\ndef (judge|\w*verdict)", text), (
+        "an exercise's judge is in the notebook, where the reader sees the answer: move it to "
+        "tpu_workbench/exercises/")

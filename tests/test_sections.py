@@ -1,0 +1,55 @@
+"""`notebook.Sections`: a section measures on open (reusing a stored run), then only on a click
+(afresh); a control changed in between shows a stored run or waits, saying so in words."""
+
+from __future__ import annotations
+
+import marimo as mo
+import pytest
+
+from tpu_workbench import notebook
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    out: list = []
+    monkeypatch.setattr(mo.output, "replace", out.append)
+    monkeypatch.delenv(notebook.SMOKE_ENV, raising=False)
+    monkeypatch.delenv(notebook.FRESH_ENV, raising=False)
+    return out
+
+
+def test_first_run_reuses_then_waits_until_a_click_which_measures_afresh(shown):
+    sections = notebook.Sections()
+    asked = []
+
+    def stored():
+        asked.append(1)
+        return False
+
+    assert sections.reuse("training", False, stored) is True  # on open: a stored run may serve
+    assert not asked and not shown  # nothing to decide, nothing shown
+    # a control changed, nothing stored for the new settings: wait, and say for what
+    assert sections.reuse("training", False, stored, waiting="Press **run** to train.") is None
+    assert asked and len(shown) == 1 and "to train." in shown[0].text
+    assert sections.reuse("training", True, stored) is False  # a click measures afresh
+
+
+def test_a_changed_control_shows_a_stored_run_of_its_settings(shown):
+    sections = notebook.Sections()
+    sections.reuse("hlo", False)
+    assert sections.reuse("hlo", False, lambda: True) is True
+    assert not shown
+
+
+def test_sections_are_independent(shown):
+    sections = notebook.Sections()
+    assert sections.reuse("a", False) is True
+    assert sections.reuse("b", False) is True  # b's first run, although a ran before
+
+
+def test_smoke_and_fresh_runs_never_reuse(shown, monkeypatch):
+    monkeypatch.setenv(notebook.FRESH_ENV, "1")
+    assert notebook.Sections().reuse("a", False, lambda: True) is False
+    monkeypatch.delenv(notebook.FRESH_ENV)
+    monkeypatch.setenv(notebook.SMOKE_ENV, "1")
+    assert notebook.Sections().reuse("a", False, lambda: True) is False
