@@ -124,7 +124,8 @@ def test_step_axes_tick_whole_steps():
                              "cause": ["new graph"], "frame": ["train.py:1"]})
     for chart in (charts.step_times(steps), charts.loss_curves(steps),
                   charts.recompile_timeline(compiles, 3)):
-        axis = chart.to_dict()["encoding"]["x"]["axis"]
+        spec = chart.to_dict()
+        axis = (spec.get("encoding") or spec["layer"][0]["encoding"])["x"]["axis"]
         assert axis["tickMinStep"] == 1 and axis["format"] == "d"
 
 

@@ -399,3 +399,19 @@ def test_channel_norms_follow_their_conv_under_tp():
     assert buffers["layer1.0.bn1.running_mean"] == ("model",)
     assert "layer1.0.bn1.num_batches_tracked" not in buffers  # an int counter: replicated
     assert params["fc.weight"] is None  # 10 classes do not divide by 4
+
+
+def test_device_holdings_lists_what_one_device_holds_by_hand():
+    """Device 5 of a 2x4 mesh (row 1, column 1) with a weight split on the model axis and a
+    replicated bias: it holds rows 128:256 of the weight, shared with device 1, and the whole
+    bias, shared with all 8 (computed by hand from the layout rule, not by the code)."""
+    layout = sh.layout_frame(
+        sh.predicted_layout("w", [512, 128], ("model", None), (2, 4))
+        + sh.predicted_layout("b", [512], None, (2, 4)))
+    held = sh.device_holdings(layout, "CPU:5").set_index("tensor")
+    assert held.loc["w", "slice held"] == "128:256, :" and held.loc["w", "devices holding it"] == 2
+    assert held.loc["w", "shard_bytes"] == 128 * 128 * 4
+    assert held.loc["b", "shard_bytes"] == 512 * 4 and held.loc["b", "devices holding it"] == 8
+    assert list(held.index) == ["w", "b"]  # largest first
+    with pytest.raises(ValueError, match="no device 'TPU:9'.*CPU:0"):
+        sh.device_holdings(layout, "TPU:9")

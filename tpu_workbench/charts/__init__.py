@@ -5,7 +5,7 @@ runs experiments.
 """
 
 from ._common import save_chart
-from .hlo import diff_chart, op_mix, roofline
+from .hlo import diff_chart, kernel_mix, op_mix, roofline
 from .kernels import kernel_errors, kernel_schedule, score_tiles
 from .modes import (
     cache_first_steps,
@@ -28,7 +28,7 @@ from .sweep import sweep_times
 
 __all__ = [
     "cache_first_steps", "collective_bytes", "compiles_per_mode", "diff_chart",
-    "first_vs_steady", "kernel_errors", "kernel_schedule", "layout_grid",
+    "first_vs_steady", "kernel_errors", "kernel_mix", "kernel_schedule", "layout_grid",
     "loss_curves", "memory_bars", "op_mix", "recompile_timeline", "roofline", "save_chart",
     "score_tiles", "steady_times", "step_breakdown",
     "fit_bars", "step_time_per_strategy", "step_times", "timeline", "top_ops",

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..records import require_columns
 
-__all__ = ["MODE_COLORS", "mode_scale", "require_columns", "save_chart"]
+__all__ = ["MODE_COLORS", "PICK", "mode_scale", "pick", "require_columns", "save_chart"]
 
 # One colour per execution mode in every chart of every notebook (a scheme assigned by order of
 # appearance gave `lazy` another colour on each page). Plain PyTorch greys and olive, torch_xla
@@ -41,3 +41,15 @@ def save_chart(chart: Any, out: Path, name: str) -> list[Path]:
         chart.save(str(path), **({"scale_factor": 2} if ext == "png" else {}))
         written.append(path)
     return written
+
+
+# The name of the click selection a chart offers: wrapped in ``mo.ui.altair_chart``, the rows a
+# reader clicked come back as the widget's ``.value`` (marimo's idiom for a chart as a control).
+PICK = "pick"
+
+
+def pick(*fields: str) -> Any:
+    """A click (point) selection over `fields`, named :data:`PICK`; shift-click adds more."""
+    import altair as alt
+
+    return alt.selection_point(name=PICK, fields=list(fields))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from ._common import require_columns
+from ._common import pick, require_columns
 
 
 def op_mix(ops: pd.DataFrame, top: int = 20, scope: str = "all",
@@ -44,6 +44,27 @@ def op_mix(ops: pd.DataFrame, top: int = 20, scope: str = "all",
                         height=max(120, 16 * len(keep))))
 
 
+
+
+def kernel_mix(kernels: pd.DataFrame, top: int = 15, title: str | None = None,
+               width: int = 260) -> alt.Chart:
+    """The kernels a compiled step runs, counted per opcode (a fusion holds many ops; a
+    parallel call counts as the op it runs), from :func:`tpu_workbench.hlo.kernels`. A click on
+    a bar selects that opcode (selection :data:`~tpu_workbench.charts._common.PICK`)."""
+    require_columns(kernels, ["opcode", "ops_inside"], "kernel_mix")
+    counts = (kernels.groupby("opcode").agg(kernels=("opcode", "size"),
+                                            ops_inside=("ops_inside", "sum"))
+              .reset_index().nlargest(top, "kernels"))
+    selected = pick("opcode")
+    return (alt.Chart(counts).mark_bar(cursor="pointer").encode(
+        x=alt.X("kernels:Q", title="kernels"),
+        y=alt.Y("opcode:N", sort="-x", title=None),
+        opacity=alt.condition(selected, alt.value(1.0), alt.value(0.35)),
+        tooltip=["opcode", "kernels",
+                 alt.Tooltip("ops_inside:Q", title="ops fused into them")])
+        .add_params(selected)
+        .properties(title=title or "kernels the step runs, by kind (click a bar)", width=width,
+                    height=max(120, 16 * len(counts))))
 
 
 def flop_unit(flops: float) -> tuple[str, float]:

@@ -11,13 +11,13 @@ import math
 import altair as alt
 import pandas as pd
 
-from ._common import mode_scale, require_columns
+from ._common import mode_scale, pick, require_columns
 
 # Steps are whole numbers: no 0.2, 0.4... ticks when a run has few of them.
 STEP_AXIS = alt.Axis(tickMinStep=1, format="d")
 
 
-def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.Chart:
+def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.LayerChart:
     """Step time over steps, one line per mode; the compile spike of step 0 stays visible.
 
     Columns: ``step``, ``wall_ms``, ``mode`` (and ``compiles`` for the tooltip, if present).
@@ -29,14 +29,16 @@ def step_times(steps: pd.DataFrame, log_scale: bool = True) -> alt.Chart:
     tooltip = [c for c in ["mode", "step", "wall_ms", "loss", "compiles"] if c in steps.columns]
     y = alt.Y("wall_ms:Q", title="step time (ms)",
               scale=alt.Scale(type="log") if log_scale else alt.Scale())
-    return (
-        alt.Chart(steps)
-        .mark_line(point=True)
-        .encode(x=alt.X("step:Q", title="step", axis=STEP_AXIS), y=y,
-                color=alt.Color("mode:N", scale=mode_scale(steps["mode"])), tooltip=tooltip)
-        .properties(title="step time per step (step 0 includes compilation)", width=520,
-                    height=260)
-    )
+    selected = pick("mode", "step")
+    base = alt.Chart(steps).encode(x=alt.X("step:Q", title="step", axis=STEP_AXIS), y=y,
+                                   color=alt.Color("mode:N", scale=mode_scale(steps["mode"])))
+    points = base.mark_point(filled=True, size=45, cursor="pointer").encode(
+        tooltip=tooltip, size=alt.condition(selected, alt.value(120), alt.value(45))
+    ).add_params(selected)
+    return (base.mark_line() + points).properties(
+        title=alt.TitleParams("step time per step (step 0 includes compilation)",
+                              subtitle=["click a point for that step's records"]),
+        width=520, height=260)
 
 
 def loss_curves(steps: pd.DataFrame, title: str = "training loss per mode") -> alt.Chart:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from ._common import pick
+
 BREAKDOWN = ["compile_us", "execute_us", "transfer_us", "host_us", "idle_us"]
 
 
@@ -49,12 +51,15 @@ def top_ops(ops: pd.DataFrame, n: int = 15, width: int = 360) -> alt.LayerChart:
         tooltip=["hlo_op", "inside", "hlo_module", "count",
                  alt.Tooltip("per_step_us:Q", format=",.1f", title="self µs per step"),
                  alt.Tooltip("share:Q", format=".1%", title="share of a step")])
-    bars = base.mark_bar()
+    selected = pick("hlo_op")
+    bars = base.mark_bar(cursor="pointer").encode(
+        opacity=alt.condition(selected, alt.value(1.0), alt.value(0.35))).add_params(selected)
     labels = base.mark_text(align="left", dx=3, fontSize=11).encode(text="label:N")
     return (bars + labels).properties(
         width=width, height=alt.Step(16), title=alt.TitleParams(
             f"top {len(top)} HLO ops by self time (steady steps)",
-            subtitle=["label: share of a steady step; an op nested in a call counts once"]))
+            subtitle=["label: share of a steady step; an op nested in a call counts once; "
+                      "click a bar to open the op"]))
 
 
 def step_breakdown(steps: pd.DataFrame) -> alt.HConcatChart:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from ._common import require_columns
+from ._common import pick, require_columns
 
 MB = 1e6
 PARTS = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
@@ -66,10 +66,12 @@ def layout_grid(layout: pd.DataFrame, tensor: str, mesh_shape: Sequence[int],
     y = alt.Y("row:O", title="data axis" if len(mesh_shape) == 2 else "",
               scale=alt.Scale(domain=list(range(rows))))
     base = alt.Chart(frame).encode(x=x, y=y)
-    cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
+    selected = pick("device_name")
+    cells = base.mark_rect(stroke="white", strokeWidth=2, cursor="pointer").encode(
         color=alt.Color("index_label:N", title="slice held", sort=slice_order(frame),
                         scale=alt.Scale(scheme="tableau20")),
-        tooltip=tooltip)
+        opacity=alt.condition(selected, alt.value(1.0), alt.value(0.4)),
+        tooltip=tooltip).add_params(selected)
     text = base.mark_text(lineBreak="\n", fontSize=11, color="black").encode(text="label:N")
     return (cells + text).properties(
         title=alt.TitleParams(title, subtitle=subtitle), width=cell * cols, height=cell * rows)

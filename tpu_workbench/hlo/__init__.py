@@ -43,6 +43,7 @@ replica_groups     the ``replica_groups=`` text of a collective (``source_target
                    collective-permute), else ""
 attributes         dict of every ``key=value`` attribute, values as text
 line               1-based line number in the text
+text               the instruction's line as written
 =================  ============================================================================
 
 Which text for FLOPs: jaxlib 0.7.1 parses both ``before_optimizations`` and XLA:CPU's
@@ -86,6 +87,15 @@ from .frames import (
     op_counts,
     parse_replica_groups,
 )
+from .kernels import (
+    KERNEL_COLUMNS,
+    PLUMBING,
+    OpDetail,
+    find_kernel,
+    kernels,
+    op_detail,
+    program_counts,
+)
 from .parse import (
     CALL_ATTRS,
     COMMENT,
@@ -117,7 +127,8 @@ from .summary import (
 )
 
 __all__ = [
-    "collective_table",
+    "collective_table", "KERNEL_COLUMNS", "PLUMBING", "OpDetail", "find_kernel", "kernels",
+    "op_detail", "program_counts",
     "fusion_table",
     "CALL_ATTRS",
     "COMMENT",

@@ -24,7 +24,7 @@ from .parse import (
 
 COLUMNS = ["module", "computation", "is_entry", "is_root", "name", "opcode", "shape", "dtype",
            "dims", "elements", "bytes", "fusion_kind", "called", "operands", "source_op",
-           "source_file", "source_line", "replica_groups", "attributes", "line"]
+           "source_file", "source_line", "replica_groups", "attributes", "line", "text"]
 
 
 def instructions(source: HloLike | Sequence[HloLike]) -> pd.DataFrame:
@@ -57,6 +57,7 @@ def instructions(source: HloLike | Sequence[HloLike]) -> pd.DataFrame:
                     "source_line": int(line) if line and line.isdigit() else None,
                     "replica_groups": groups if _collective_kind(inst.opcode) else "",
                     "attributes": dict(inst.attributes), "line": inst.line,
+                    "text": inst.text.strip(),
                 })
     df = pd.DataFrame(rows, columns=COLUMNS)
     df["source_line"] = df["source_line"].astype("Int64")

@@ -80,8 +80,12 @@ class Worker:
                      "--xla_dump_hlo_as_text"]
             if config.spmd:
                 flags.append("--xla_dump_hlo_pass_re=spmd-partitioning")
+            # XLA_IR_DEBUG + XLA_HLO_DEBUG: every instruction's metadata names the aten op and
+            # the Python line that made it (source_file, source_line), which the HLO views
+            # show beside each kernel. Only HLO captures pay for recording the frames.
             env.update(XLA_FLAGS=" ".join(f for f in flags if f),
-                       TPU_WORKBENCH_HLO_DUMP=self.dump_dir)
+                       TPU_WORKBENCH_HLO_DUMP=self.dump_dir, XLA_IR_DEBUG="1",
+                       XLA_HLO_DEBUG="1")
         if not config.runtime.xla:  # a plain-PyTorch worker must not see XLA settings
             for key in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_SPMD"):
                 env.pop(key, None)

@@ -104,6 +104,7 @@ from .ici import (
 )
 from .layout import (
     LAYOUT_COLUMNS,
+    device_holdings,
     largest_split_tensor,
     layout_frame,
     predicted_layout,
@@ -160,7 +161,7 @@ __all__ = [
     "logits_bytes",
     "model_fit_table",
     "parameter_shards",
-    "largest_split_tensor",
+    "largest_split_tensor", "device_holdings",
     "tensors_by_size",
     "AXES_1D",
     "AXES_2D",

@@ -153,6 +153,20 @@ def largest_split_tensor(layout: pd.DataFrame) -> str:
     return str((split if len(split) else per)["size"].idxmax())
 
 
+def device_holdings(layout: pd.DataFrame, device_name: str) -> pd.DataFrame:
+    """What one device holds: a row per tensor of a layout frame (its kind, full shape, the
+    slice this device holds, the slice's shape and bytes, how many devices hold that same
+    slice), largest first. Raises ValueError naming the devices for an unknown one."""
+    rows = layout[layout["device_name"] == device_name]
+    if rows.empty:
+        devices = ", ".join(dict.fromkeys(layout["device_name"]))
+        raise ValueError(f"no device {device_name!r} in this layout; devices: {devices}")
+    out = rows[["tensor", "tensor_kind", "shape", "index_label", "shard_shape", "shard_bytes",
+                "num_replicas"]].rename(columns={"index_label": "slice held",
+                                                 "num_replicas": "devices holding it"})
+    return out.sort_values("shard_bytes", ascending=False, kind="stable", ignore_index=True)
+
+
 def layout_frame(records: Any) -> pd.DataFrame:
     """Layout records (``kind == "layout"``) of a run, or predicted ones, as a DataFrame.
 
