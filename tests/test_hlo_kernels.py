@@ -4,42 +4,14 @@ fusion's clone, a dot with metadata, copies and plumbing)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from tpu_workbench import hlo
 
-MODULE = """HloModule step, entry_computation_layout={(f32[4,8]{1,0}, f32[8,2]{1,0})->f32[4,2]{1,0}}
-
-%fused_gelu (p0: f32[4,8]) -> f32[4,8] {
-  %p0 = f32[4,8]{1,0} parameter(0)
-  %c = f32[] constant(0.5), metadata={op_type="aten__gelu" source_file="/m/net.py" source_line=7}
-  %b = f32[4,8]{1,0} broadcast(%c), dimensions={}, metadata={op_type="aten__gelu" source_file="/m/net.py" source_line=7}
-  ROOT %m = f32[4,8]{1,0} multiply(%p0, %b), metadata={op_type="aten__gelu" source_file="/m/net.py" source_line=7}
-}
-
-%fused_add.clone (q0: f32[4,2], q1: f32[4,2]) -> f32[4,2] {
-  %q0 = f32[4,2]{1,0} parameter(0)
-  %q1 = f32[4,2]{1,0} parameter(1)
-  ROOT %a = f32[4,2]{1,0} add(%q0, %q1), metadata={op_type="aten__add" source_file="/m/net.py" source_line=9}
-}
-
-%parallel_add_fusion (r0: f32[4,2], r1: f32[4,2]) -> f32[4,2] {
-  %r0 = f32[4,2]{1,0} parameter(0)
-  %r1 = f32[4,2]{1,0} parameter(1)
-  ROOT %add_fusion.clone = f32[4,2]{1,0} fusion(%r0, %r1), kind=kLoop, calls=%fused_add.clone
-}
-
-ENTRY %main (x: f32[4,8], w: f32[8,2]) -> f32[4,2] {
-  %x = f32[4,8]{1,0} parameter(0)
-  %w = f32[8,2]{1,0} parameter(1)
-  %gelu_fusion = f32[4,8]{1,0} fusion(%x), kind=kLoop, calls=%fused_gelu
-  %dot.1 = f32[4,2]{1,0} dot(%gelu_fusion, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_type="aten__mm" source_file="/m/linear.py" source_line=3}
-  %copy.1 = f32[4,2]{1,0} copy(%dot.1)
-  %bitcast.1 = f32[4,2]{1,0} bitcast(%copy.1)
-  ROOT %call.1 = f32[4,2]{1,0} call(%dot.1, %bitcast.1), to_apply=%parallel_add_fusion
-}
-"""
+MODULE = (Path(__file__).parent / "data" / "kernels.cpu_after_optimizations.txt").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import html
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 SMOKE_ENV = "TPU_WORKBENCH_SMOKE"
@@ -324,12 +325,21 @@ def rounded(frame, decimals: int = 2, significant: int = 3):
 
 
 def table(frame, **kwargs):
-    """``mo.ui.table`` of DataFrame `frame` with its floats :func:`rounded`; no row selection
-    unless `selection` is given. Every table the notebooks show goes through here."""
+    """``mo.ui.table`` of DataFrame `frame` with its floats :func:`rounded`, long text wrapped
+    and a filtered frame's index dropped; no row selection unless `selection` is given. Every
+    table the notebooks show goes through here."""
     import marimo as mo
+    import pandas as pd
 
     kwargs.setdefault("selection", None)
-    return mo.ui.table(rounded(frame), **kwargs)
+    shown = rounded(frame)
+    if shown.index.name is None and not isinstance(shown.index, pd.RangeIndex):
+        shown = shown.reset_index(drop=True)  # a filtered frame's index is no column to show
+    # Text columns wrap instead of ending in "...": an HLO line or a reason is read whole.
+    long_text = [c for c in shown.columns if shown[c].dtype == object
+                 and shown[c].map(lambda v: isinstance(v, str) and len(v) > 40).any()]
+    kwargs.setdefault("wrapped_columns", [str(c) for c in long_text])
+    return mo.ui.table(shown, **kwargs)
 
 
 def format_us(us: float) -> str:
@@ -355,6 +365,36 @@ def step_hlo(result) -> tuple:
     return ops, store.derived(result, "hlo_summary", lambda: hlo.summary(after, frame=ops))
 
 
+@dataclass(frozen=True)
+class CapturedStep:
+    """A captured run's training step as the HLO views read it: the instructions before and
+    after optimisation, the kernels it runs (:func:`tpu_workbench.hlo.kernels`), the optimised
+    text and its :func:`~tpu_workbench.hlo.summary`."""
+
+    result: Any
+    before: Any
+    after: Any
+    after_text: str
+    kernels: Any
+    summary: dict
+
+
+def captured_step(result) -> CapturedStep | None:
+    """:class:`CapturedStep` of a run that captured ``hlo`` (None for None: a section that has
+    not run). The kernels and the summary are kept in the run's folder."""
+    if result is None:
+        return None
+    from . import hlo
+    from .runs import store
+
+    files = hlo.load_run_hlo(result)
+    after_text = hlo.main_module(files, "after_optimizations")
+    after, summary = step_hlo(result)
+    kernels = store.derived_frame(result, "kernels", lambda: hlo.kernels(after))
+    before = hlo.instructions(hlo.main_module(files, "before_optimizations"))
+    return CapturedStep(result, before, after, after_text, kernels, summary)
+
+
 def profile_ops(result):
     """The HLO ops of a captured run's profile (:attr:`tpu_workbench.profiling.Profile.ops`),
     kept in the run's folder: showing a stored run again does not read its trace again."""
@@ -378,3 +418,64 @@ def host_peak_text(peak: dict) -> str:
     """When and how the host peak of :func:`tpu_workbench.host_peak_flops` was measured."""
     when = str(peak.get("measured_at") or "").replace("T", " ")
     return f"fp32 matmul, measured at {when}" if when else "fp32 matmul, measured"
+
+
+def code_block(text: str, max_height_px: int = 320):
+    """`text` (HLO, a launch command) shown whole: wrapped at the page's width and scrolling
+    past `max_height_px`, never cut off with an ellipsis."""
+    import marimo as mo
+
+    return mo.Html(
+        f'<pre style="white-space: pre-wrap; word-break: break-all; max-height: '
+        f'{max_height_px}px; overflow-y: auto; font-size: 12px; background: #f6f6f6; '
+        f'padding: 8px; border-radius: 4px">{html.escape(text)}</pre>')
+
+
+def picked(chart, column: str) -> list:
+    """The values of `column` in the rows a reader clicked in `chart` (a
+    ``mo.ui.altair_chart``), in order and without repeats: empty until something is clicked."""
+    value = getattr(chart, "value", None)
+    if value is None or not len(value) or column not in value:
+        return []
+    return list(dict.fromkeys(value[column].tolist()))
+
+
+def v6e_compile_of_tiny(model: str):
+    """libtpu's compile of `model`'s ``tiny`` training step for one v6e chip (the step traced
+    on XLA:CPU, compiled, never run; cached), at the batch and sequence its training runs use
+    (the transformer families: twice the task's length)."""
+    from .models import get_model
+    from .tpu_compile import tpu_compile
+
+    family = get_model(model)
+    cfg = family.config("tiny")
+    return tpu_compile(model, "tiny", "v6e-1", "dp", seq_len=2 * getattr(cfg, "length", 1),
+                       batch_size=family.default_batch_size(cfg))
+
+
+def two_compilers(step: CapturedStep, tpu):
+    """The captured step as XLA:CPU compiled it beside libtpu's compile of it for a v6e
+    (`tpu`: a :class:`~tpu_workbench.tpu_compile.TPUCompile`): totals, kernel counts and the
+    kernels by kind, every v6e figure labelled as compiled, not run."""
+    import marimo as mo
+    import pandas as pd
+
+    from . import charts, hlo
+
+    tpu_kernels = hlo.kernels(hlo.instructions(tpu.hlo_text))
+    counts = pd.DataFrame(
+        [("kernels the step runs", len(step.kernels), len(tpu_kernels)),
+         ("of them fusions", int((step.kernels["opcode"] == "fusion").sum()),
+          int((tpu_kernels["opcode"] == "fusion").sum()))],
+        columns=["", "XLA:CPU (this machine)", "v6e (libtpu)"])
+    return mo.vstack([
+        mo.md(f"**{tpu.label}** (compiled, not run). FLOPs per step by libtpu's count: "
+              f"{tpu.ops['flops'].sum() / 1e9:,.3f} GFLOP; bytes its ops read and write: "
+              f"{tpu.ops['bytes'].sum() / 1e6:,.1f} MB; HBM per chip: "
+              f"{tpu.memory['total_bytes'] / 1e6:,.1f} MB of "
+              f"{tpu.memory['hbm_bytes'] / 1e9:.0f} GB."),
+        table(counts, label="one training step, two compilers"),
+        mo.hstack([charts.kernel_mix(step.kernels, top=12, title="XLA:CPU kernels"),
+                   charts.kernel_mix(tpu_kernels, top=12, title="TPU v6e kernels (libtpu)")],
+                  justify="start", gap=1),
+    ])

@@ -110,6 +110,14 @@ def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
     y = alt.Y("flops_per_s:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"),
               title=f"{y_what} FLOP/s")
     line = alt.Chart(roof).mark_line(color="gray").encode(x=x, y=y)
+    # The roof's two figures written on it: the flat compute roof and the bandwidth slope.
+    slope_at = max(lo * 4, ridge / 30)
+    marks = pd.DataFrame({
+        "intensity": [ridge * 3, slope_at],
+        "flops_per_s": [peak_flops, slope_at * bandwidth],
+        "text": [f"peak {_rate(peak_flops)}FLOP/s", f"{_rate(bandwidth)}B/s"]})
+    roof_text = alt.Chart(marks).mark_text(align="left", dy=-8, color="gray", fontSize=11).encode(
+        x=x, y=y, text="text:N")
     unit, scale = flop_unit(float(df["flops"].max()) if len(df) else 0.0)
     df["flop_amount"] = df["flops"] / scale
     tooltip = [c for c in ["name", "opcode", "fusion_kind", "source_op"] if c in df.columns]
@@ -119,11 +127,20 @@ def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
                 alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3~s"), "bound"]
     size = alt.Size("flop_amount:Q", title=f"{unit} per op", scale=alt.Scale(type="sqrt"),
                     legend=alt.Legend(format=",.3~g")) if len(df) else alt.value(60)
+    colour = "kind" if "kind" in df.columns else "opcode"
     points = alt.Chart(df).mark_circle(opacity=0.7).encode(
-        x=x, y=y, color=alt.Color("opcode:N", title="opcode"), size=size, tooltip=tooltip)
+        x=x, y=y, color=alt.Color(f"{colour}:N", title=colour), size=size, tooltip=tooltip)
     heading = title or (f"roofline: peak {peak_flops / 1e9:,.1f} GFLOP/s, "
                         f"{bandwidth / 1e9:,.1f} GB/s, ridge {ridge:,.1f} FLOP/byte")
-    return (line + points).properties(title=heading, width=520, height=320)
+    return (line + roof_text + points).properties(title=heading, width=520, height=320)
+
+
+def _rate(value: float) -> str:
+    """1.23e11 -> ``123 G`` (three significant digits and an SI prefix)."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}"
+    return f"{value:.3g} "
 
 
 def diff_chart(diff: pd.DataFrame, top: int = 25, label_a: str | None = None,

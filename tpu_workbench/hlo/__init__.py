@@ -95,6 +95,7 @@ from .kernels import (
     kernels,
     op_detail,
     program_counts,
+    with_kinds,
 )
 from .parse import (
     CALL_ATTRS,
@@ -128,7 +129,7 @@ from .summary import (
 
 __all__ = [
     "collective_table", "KERNEL_COLUMNS", "PLUMBING", "OpDetail", "find_kernel", "kernels",
-    "op_detail", "program_counts",
+    "op_detail", "program_counts", "with_kinds",
     "fusion_table",
     "CALL_ATTRS",
     "COMMENT",

@@ -101,11 +101,11 @@ def program_counts(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     def counts(ops: pd.DataFrame) -> dict[str, int]:
         entry = ops[ops["is_entry"]]
         return {"instructions in the text": len(ops),
-                "of them parameters (the step's inputs and each fusion's own)":
+                "parameters (inputs, and each fusion's own)":
                     int((ops["opcode"] == "parameter").sum()),
-                "computations (each fusion and parallel task is one)":
+                "computations (a fusion or a parallel task is one)":
                     int(ops["computation"].nunique()),
-                "kernels the step runs (entry instructions that do work)":
+                "kernels the step runs":
                     int((~entry["opcode"].isin(PLUMBING)).sum())}
 
     b, a = counts(before), counts(after)
@@ -174,3 +174,12 @@ def op_detail(ops: pd.DataFrame, name: str) -> OpDetail:
         columns=["source_op", "file", "line", "count", "code"])
     return OpDetail(entry, work.name, work.text if work is not row else row.text, inside,
                     sources)
+
+
+def with_kinds(frame: pd.DataFrame, kernels_frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (rows named by entry instruction, column ``name``: :func:`per_op_cost`, a
+    profile joined to it) with ``kind``: the opcode of the kernel each row runs, so that an
+    XLA:CPU parallel ``call`` reads as the fusion it runs."""
+    kinds = dict(zip(kernels_frame["name"], kernels_frame["opcode"], strict=True))
+    return frame.assign(kind=[kinds.get(n, op) for n, op in
+                              zip(frame["name"], frame["opcode"], strict=True)])
