@@ -205,8 +205,11 @@ def test_charts_from_frames():
     assert set(cost["method"]) == {"estimate"}
     assert cost.set_index("name").loc["fdot", "flops"] == 8192 + 128  # dot + add
     spec = hlo_charts.roofline(cost, peak_flops=1e11, bandwidth=2e10).to_dict()
-    roof, points = spec["layer"]
+    roof, labels, points = spec["layer"]
     assert (roof["mark"]["type"], points["mark"]["type"]) == ("line", "circle")
+    # the roof's two figures are written on it: 100 GFLOP/s and 20 GB/s
+    assert [r["text"] for r in spec["datasets"][labels["data"]["name"]]] == [
+        "peak 100 GFLOP/s", "20 GB/s"]
     enc = points["encoding"]
     assert (enc["x"]["field"], enc["y"]["field"], enc["color"]["field"]) == \
         ("intensity", "flops_per_s", "opcode")
