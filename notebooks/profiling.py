@@ -10,30 +10,15 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
+    from tpu_workbench import hlo, profiling
     from tpu_workbench import notebook as nb
-    from tpu_workbench import profiling
     from tpu_workbench.environment.paths import results_dir
+    from tpu_workbench.exercises import profiling as exercise
 
     SMOKE = wb.smoke_mode()
     # What the page profiles on open, without a click.
     DEFAULTS = {"model": "mingpt", "mode": "compile", "steps": 10}
-
-
-@app.function
-def top3_verdict(answer: float | None, measured_pct: float) -> tuple[str, str]:
-    """(callout kind, markdown) for the exercise: a prompt until an answer is submitted, a
-    range message outside 0-100, else the measured share and whether the answer is within a
-    point of it (the chart's labels are rounded to 0.1%)."""
-    if answer is None:
-        return "neutral", "Enter a percentage and press **check**."
-    if not 0 <= answer <= 100:
-        return "danger", f"{answer:g}% is not a share of a step: enter a number from 0 to 100."
-    if abs(answer - measured_pct) <= 1.0:
-        return "success", (f"Right: the top 3 ops take **{measured_pct:.1f}%** of a steady "
-                           f"step (you said {answer:g}%).")
-    return "warn", (f"The top 3 ops take **{measured_pct:.1f}%** of a steady step; you said "
-                    f"{answer:g}%. Add the labels of the three longest bars in the top-ops "
-                    "chart.")
+    SECTIONS = nb.Sections()
 
 
 @app.cell(hide_code=True)
@@ -65,31 +50,28 @@ def _():
 
 @app.cell
 def _(mode, model, run_button, steps):
-    _pick = {"model": model.value, "mode": mode.value, "steps": steps.value}
-    # On open (default settings) this runs by itself; other settings wait for **run**.
-    mo.stop(_pick != DEFAULTS and not run_button.value,
-            mo.md("_Settings changed: press **run** to profile them._"))
-    _spec = wb.ExperimentSpec(model="mlp" if SMOKE else _pick["model"], preset="tiny",
-                              mode=_pick["mode"], steps=3 if SMOKE else _pick["steps"],
+    _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
+                              mode=mode.value, steps=3 if SMOKE else steps.value,
                               capture=("hlo", "profile"))
-    with mo.status.spinner(title=f"profiling {wb.label(_spec)}"):
-        # Without a click this shows a stored profile of the same spec; **run** measures again.
-        result = wb.run(_spec, reuse=nb.reuse_ok() and not run_button.value)
-        profile = profiling.load_profile(result)
-    where = nb.provenance(result)
-    mo.md(f"{where}\n\nCaptured **{len(profile.events):,}** events over {_spec.steps} steps "
-          f"of {wb.label(_spec)}.")
-    return profile, result, where
+    result = SECTIONS.run("profile", run_button, _spec, title=f"profiling {wb.label(_spec)}",
+                          waiting="Press **run** above to profile these settings.")
+    profile = None if result is None else profiling.load_profile(result)
+    if profile is not None:
+        mo.output.replace(mo.md(
+            f"{nb.provenance(result)}\n\nCaptured **{len(profile.events):,}** events over "
+            f"{_spec.steps} steps of {wb.label(_spec)}."))
+    return profile, result
 
 
 @app.cell
-def _(profile, where):
-    mo.vstack([mo.md(where), wb.charts.step_breakdown(profile.steps)])
+def _(profile):
+    wb.charts.step_breakdown(profile.steps) if profile else None
     return
 
 
 @app.cell
 def _(profile):
+    mo.stop(profile is None)
     _ms = profile.steps.set_index("step") / 1e3
     _ms.columns = [c.removesuffix("_us") + "_ms" for c in _ms.columns]
     nb.table(_ms.reset_index(), page_size=10,
@@ -111,20 +93,47 @@ def _():
     Each op's **self time**: its events' durations less the ops nested inside them. XLA:CPU
     runs some fusions inside a `call.N` op, and the trace records both; counting both would
     count that time twice, so a call is charged only for what it does around its fusion.
+    **Click a bar** to open that op: its HLO, what XLA fused into it and the lines of the
+    model it came from.
     """)
     return
 
 
 @app.cell
-def _(profile, where):
-    _ops = profile.ops
-    mo.vstack([mo.md(where), wb.charts.top_ops(_ops)]) if len(_ops) else \
-        mo.md("_No HLO ops in this trace (plain-PyTorch modes record host-side ops only)._")
+def _(profile):
+    top_chart = (mo.ui.altair_chart(wb.charts.top_ops(profile.ops))
+                 if profile is not None and len(profile.ops) else None)
+    (top_chart if top_chart is not None or profile is None else
+     mo.md("_No HLO ops in this trace (plain-PyTorch modes record host-side ops only)._"))
+    return (top_chart,)
+
+
+@app.cell
+def _(profile, result, top_chart):
+    mo.stop(top_chart is None)
+    _picked = nb.picked(top_chart, "hlo_op")
+    _name = _picked[0] if _picked else str(profile.ops["hlo_op"].iloc[0])
+    _step = nb.captured_step(result)
+    try:
+        _d = hlo.op_detail(_step.after, _name)
+    except ValueError:
+        _d = None
+    mo.vstack([
+        mo.md(f"### `{_name}`" + ("" if _picked else " (the top op; click another bar)")
+              + (f": kernel `{_d.name}` of the step" if _d and _d.name != _name else "")),
+        mo.md("_Not in the step's optimised module (it belongs to another program the run "
+              "compiled)._") if _d is None else nb.code_block(_d.text, max_height_px=140),
+        nb.table(_d.sources, label="the model lines behind it (HLO metadata)")
+        if _d is not None and len(_d.sources) else mo.md(""),
+        nb.table(_d.inside, page_size=6, label=f"{len(_d.inside)} instruction(s) fused in it")
+        if _d is not None else mo.md(""),
+    ])
     return
 
 
 @app.cell
 def _(profile):
+    mo.stop(profile is None)
     _cols = ["hlo_op", "inside", "per_step_us", "share", "count"]
     nb.table(profile.ops[_cols].fillna({"inside": ""}), page_size=10,
              label="HLO ops of the steady steps, by self time (share: of a steady step; "
@@ -134,21 +143,24 @@ def _(profile):
 
 @app.cell
 def _(profile):
-    _steps = sorted(s for s in profile.events["step"].unique() if s >= 0)
+    _steps = (sorted(s for s in profile.events["step"].unique() if s >= 0)
+              if profile is not None else [0])
     step = mo.ui.slider(_steps[0], _steps[-1], value=_steps[min(1, len(_steps) - 1)],
                         label="step to show", show_value=True)
-    step
+    step if profile is not None else None
     return (step,)
 
 
 @app.cell
 def _(profile, step):
+    mo.stop(profile is None)
     wb.charts.timeline(profile.events, step.value)
     return
 
 
 @app.cell
 def _(profile, result):
+    mo.stop(profile is None)
     _memory = result.summary["memory"]
     _device = _memory.get("device_memory")
     if _device:
@@ -186,31 +198,28 @@ def _():
     mo.md(r"""
     ## Workshop exercise
 
-    **What share of a steady step do the three most expensive HLO ops take?** Read the labels
-    of the top-ops chart above, then enter a percentage.
+    Step 0 pays for compiling the step; every later step runs the compiled program. **How
+    many steady steps take as long as step 0's compile?** Work it out from the per-step
+    breakdown above. (It tells you how long a run must be before compiling stops dominating
+    it, and what one recompile in steady state costs.)
     """)
     return
 
 
 @app.cell
 def _():
-    guess = mo.ui.number(start=-1000, stop=1000, step=0.1, value=0,
-                         label="top-3 share of a steady step (%)").form(
+    guess = mo.ui.number(start=0, stop=1e7, step=1, label="steady steps").form(
         submit_button_label="check", bordered=False)
     guess
     return (guess,)
 
 
-@app.cell
-def _(profile):
-    # Measured once with the profile above; checking an answer reads it and starts no worker.
-    top3_pct = 100 * float(profile.ops["share"].head(3).sum()) if len(profile.ops) else 0.0
-    return (top3_pct,)
-
-
-@app.cell
-def _(guess, top3_pct):
-    _kind, _text = top3_verdict(guess.value, top3_pct)
+@app.cell(hide_code=True)
+def _(guess, profile):
+    # Judged by tpu_workbench/exercises/profiling.py from the profile above, once submitted.
+    mo.stop(profile is None)
+    _kind, _text = (("neutral", "_Enter a number and press **check**._") if guess.value is None
+                    else exercise.judge(guess.value, exercise.compile_in_steps(profile.steps)))
     mo.callout(mo.md(_text), kind=_kind)
     return
 

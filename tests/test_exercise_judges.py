@@ -16,3 +16,21 @@ def test_hlo_explorer_matmul_flops():
     assert hlo_explorer.judge(10.0, flops)[0] == "warn"
     assert "positive" in hlo_explorer.judge(None, flops)[1]
     assert "positive" in hlo_explorer.judge(-3.0, flops)[1]
+
+
+def test_profiling_compile_in_steps():
+    import pandas as pd
+
+    from tpu_workbench.exercises import profiling
+
+    steps = pd.DataFrame({"step": [0, 1, 2, 3], "compile_us": [900_000.0, 0, 0, 0],
+                          "execute_us": [1000.0, 8000, 9000, 10_000],
+                          "transfer_us": [0.0, 500, 500, 500], "host_us": [0.0, 500, 500, 500],
+                          "idle_us": [0.0, 1000, 0, 1000]})
+    ratio = profiling.compile_in_steps(steps)
+    assert ratio == 900_000 / 10_000  # steady steps of 10,000, 10,000 and 12,000 us: median
+    assert profiling.judge(95, ratio)[0] == "success"
+    assert profiling.judge(9000, ratio)[0] == "warn"
+    assert "positive" in profiling.judge(0, ratio)[1]
+    no_compile = steps.assign(compile_us=0.0).iloc[1:]
+    assert profiling.judge(3, profiling.compile_in_steps(no_compile))[0] == "neutral"

@@ -167,13 +167,24 @@ def op_detail(ops: pd.DataFrame, name: str) -> OpDetail:
     lines = inner[inner["source_file"] != ""].groupby(
         ["source_op", "source_file", "source_line"], dropna=False).size()
     sources = pd.DataFrame([
-        {"source_op": op, "file": file, "line": None if pd.isna(line) else int(line),
+        {"source_op": op, "file": short_path(file), "line": None if pd.isna(line) else int(line),
          "count": int(n), "code": linecache.getline(file, int(line)).strip()
          if not pd.isna(line) else ""}
         for (op, file, line), n in lines.sort_values(ascending=False).items()],
         columns=["source_op", "file", "line", "count", "code"])
     return OpDetail(entry, work.name, work.text if work is not row else row.text, inside,
                     sources)
+
+
+def short_path(path: str) -> str:
+    """A source file as a reader recognises it: ``torch/nn/modules/linear.py`` for a package
+    file, the path below the working folder for the project's own (``tpu_workbench/...``)."""
+    if "site-packages/" in path:
+        return path.split("site-packages/", 1)[1]
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
 
 
 def with_kinds(frame: pd.DataFrame, kernels_frame: pd.DataFrame) -> pd.DataFrame:
