@@ -9,18 +9,17 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
+    from tpu_workbench import hlo, sharding
     from tpu_workbench import notebook as nb
-    from tpu_workbench import sharding
+    from tpu_workbench.exercises import quickstart as exercise
 
     SMOKE = wb.smoke_mode()
     # Smoke runs (CI) use the smallest model; a user gets the model picked below.
     SMOKE_MODEL = "mlp"
-    # What every section measures when the notebook opens (before any click).
     DEFAULT_MODEL = "mingpt"
     DEFAULT_STEPS = 10
     SLOW_MODELS = ("resnet", "unet")
-    # Sections that have run since the notebook opened (see `nb.may_measure`).
-    OPENED: set[str] = set()
+    SECTIONS = nb.Sections()
 
 
 @app.cell(hide_code=True)
@@ -28,68 +27,31 @@ def _():
     mo.md(r"""
     # tpu-workbench: quickstart
 
-    PyTorch reaches a TPU through **XLA**: your model is traced into an XLA program (HLO), compiled
-    once, then run step after step. This notebook shows what that costs and buys you, for real,
-    on whatever machine you are on. With no TPU attached it runs on **XLA:CPU**: it takes the very
-    same HLO a TPU would and partitions it with the same SPMD partitioner, so the traced program,
-    its sharding and the collectives it gets carry over to a v6e. What XLA:CPU's own backend then
-    does (fusion, layouts: the optimised HLO) and the times do not.
+    PyTorch reaches a TPU through **XLA**: your model is traced into an XLA program (HLO),
+    compiled once, then run step after step. This page is a short tour, for real, on whatever
+    machine you are on: what running through XLA costs, what it compiled, and how the model
+    is laid out over a TPU host's eight chips. Each section ends with the notebook that goes
+    further.
 
-    Every experiment runs in a separate **worker process** (torch_xla reads its settings once, at
-    import, and a crash there must never take this notebook down); records stream back while it
-    trains, which is what draws the live charts below. Each section measures once when the
-    notebook opens, then again only when you press its **run** button. Runs measured before in
-    this same environment are shown at once, labelled with when and where they were measured.
+    With no TPU attached everything runs on **XLA:CPU**: the very same HLO a TPU gets, split
+    by the same SPMD partitioner, so the traced program, its sharding and its collectives
+    carry over to a v6e; the optimised kernels and the times are the CPU's own. Every run
+    happens in a separate worker process, and each section measures once when the page opens
+    (or shows the run it measured before in this same environment, saying when), then again
+    only when you press its **run** button.
     """)
     return
 
 
 @app.cell
 def _():
-    # Asked of this process, no worker started; each run below reports what its worker saw.
+    # Asked of this process: no worker starts; each run reports what its worker saw.
     backend = wb.describe()
-    return (backend,)
-
-
-@app.cell(hide_code=True)
-def _(backend):
-    _peak = backend["host_peak"]["peak_flops"] / 1e9
-    _tpu = backend["tpu"]
-    if not backend["torch_xla_installed"]:
-        _where = ("**plain PyTorch on CPU** (torch_xla is not installed in this environment, "
-                  "so the XLA modes, HLO and SPMD sections are skipped)")
-    elif _tpu["available"]:
-        _where = f"**TPU** ({_tpu['reason']})"
-    else:
-        _where = f"**{_tpu['fallback']}**"
-    _why_not = "" if _tpu["available"] else f" No TPU here: {_tpu['reason']}."
-    _ttpu = backend["torch_tpu"]
-    if _ttpu["installed"] and _ttpu["available"]:
-        _why_not += (f" TorchTPU {_ttpu['version']} is installed: its modes tpu_eager, "
-                     "tpu_fused and tpu_compile are offered below.")
-    elif _ttpu["installed"]:
-        # TorchTPU's reason repeats the PCI scan's when there is no chip: say only what it adds.
-        _reason = _ttpu["reason"]
-        if _reason.startswith(_tpu["reason"]):
-            _reason = _reason[len(_tpu["reason"]):].lstrip(" ,").removeprefix("so ")
-        _why_not += f" TorchTPU {_ttpu['version']} is installed, but {_reason}."
-    _v6e = wb.get_chip("v6e")
     mo.vstack([
-        mo.md(f"""
-    ## Where am I running?
-
-    The runs below use {_where}.{_why_not}
-    This host's CPU peaks at **{_peak:,.0f} GFLOP/s** ({nb.host_peak_text(backend["host_peak"])}).
-    One v6e chip peaks at **{_v6e.bf16_tflops:,.0f} TFLOP/s** in bf16 with {_v6e.hbm_gb:.0f} GB
-    of HBM at {_v6e.hbm_gbps:,.0f} GB/s: about {_v6e.peak_flops / (_peak * 1e9):,.0f}x this CPU.
-    On a TPU the traced programs below are the same (its compiler then optimises them its own
-    way), and so is their sharding; the optimised HLO and the times change.
-    """),
-        nb.table(wb.chip_table()[["name", "bf16_tflops", "hbm_gb", "hbm_gbps", "ici_link_gbps",
-                                  "chips_per_host"]],
-                 label="TPU chips (published peak figures)", page_size=5),
+        mo.md("## Where am I running?\n\n" + nb.where_am_i(backend)),
+        nb.table(nb.chip_table_view(), label="TPU chips (published figures)", page_size=5),
     ])
-    return
+    return (backend,)
 
 
 @app.cell(hide_code=True)
@@ -97,10 +59,11 @@ def _():
     mo.md(r"""
     ## Eager vs compiled, live
 
-    Each mode trains the same model from the same random weights on the same generated batches,
-    each in a fresh worker, so every first step pays its own compile. Step 0 includes compiling
-    the step (XLA) or building it (inductor), so it stands apart from the steady state that
-    follows. Times are taken after waiting for the device.
+    Each mode trains the same model from the same random weights on the same generated
+    batches, each in a fresh worker so that every first step pays its own compile. Step 0
+    includes compiling the step (XLA) or building it (inductor); the steady state follows.
+    Times are read after waiting for the device, on this machine. **Click a point** for that
+    step's records.
     """)
     return
 
@@ -110,14 +73,14 @@ def _():
     _models = wb.model_names()
     model = mo.ui.dropdown(_models, value=DEFAULT_MODEL if DEFAULT_MODEL in _models
                            else _models[0], label="model")
-    # Only the modes this environment can run (plain PyTorch everywhere; XLA where torch_xla is
-    # installed; TorchTPU on a chip), the best of them preselected.
+    # Only the modes this environment runs (plain PyTorch everywhere, XLA where torch_xla is
+    # installed, TorchTPU on a chip), the best of them preselected.
     modes = mo.ui.multiselect(wb.available_modes(), value=wb.default_modes(), label="modes")
     steps = mo.ui.slider(5, 100, value=DEFAULT_STEPS, step=5, label="steps", show_value=True)
     run_training = mo.ui.run_button(label="run")
     mo.vstack([
         mo.hstack([model, modes, steps, run_training], justify="start", gap=2),
-        mo.md(f"_The model is used by every section below. {' and '.join(SLOW_MODELS)} take "
+        mo.md(f"_Every section below uses this model. {' and '.join(SLOW_MODELS)} take "
               "minutes per mode on a CPU._"),
     ])
     return model, modes, run_training, steps
@@ -125,62 +88,67 @@ def _():
 
 @app.cell
 def _(model, modes, run_training, steps):
-    _go = nb.may_measure(OPENED, "training", run_training.value)
-    specs = [wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
-                               mode=_m, steps=5 if SMOKE else steps.value)
-             for _m in modes.value]
-    mo.stop(not specs, mo.callout(mo.md("Pick at least one mode above."), kind="info"))
-    _reuse = nb.reuse_ok() and not run_training.value
-    mo.stop(not _go and not (_reuse and all(wb.reusable(_s, cold=not SMOKE) for _s in specs)),
-            mo.callout(mo.md("Press **run** above to train with these settings."), kind="info"))
-    # A fresh worker per mode: every first step pays its own compile (a warm worker would
-    # serve `compile` the graph `lazy` just compiled). Smoke runs (CI) share workers.
-    comparison = wb.run_live(specs, cold=not SMOKE, reuse=_reuse)
-    return (comparison,)
+    _specs = [wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
+                                mode=_m, steps=5 if SMOKE else steps.value)
+              for _m in modes.value]
+    # A fresh worker per mode (a warm one would serve `compile` the graph `lazy` compiled);
+    # smoke runs (CI) share workers.
+    comparison = (SECTIONS.run_live("training", run_training, _specs, cold=not SMOKE)
+                  if _specs else None)
+    step_chart = None
+    if not _specs:
+        mo.output.replace(mo.callout(mo.md("Pick at least one mode above."), kind="info"))
+    elif comparison is not None and len(comparison.steps):
+        # the live chart, drawn again as a control: a click picks a step
+        step_chart = mo.ui.altair_chart(wb.charts.step_times(comparison.steps))
+        mo.output.replace(step_chart)
+    return comparison, step_chart
 
 
 @app.cell
-def _(comparison):
-    # Beside the step times: the chip's duty cycle, TensorCore use and HBM that the worker
-    # sampled (libtpu's monitoring SDK), or why there are none (no chip: nothing is made up).
-    nb.chip_metrics_view(comparison)
+def _(step_chart):
+    mo.stop(step_chart is None or not len(step_chart.value))
+    nb.table(step_chart.value.drop(columns=["run_id"], errors="ignore"),
+             label="the records of the step(s) you clicked")
     return
 
 
 @app.cell
 def _(comparison):
-    summary = wb.summarize(comparison.steps)
-    _cols = ["mode", "first_step_ms", "steady_median_ms", "compiles_total", "compiles_steady",
-             "final_loss"]
-    mo.vstack([
+    summary = wb.summarize(comparison.steps) if comparison is not None else None
+    (mo.vstack([
         mo.md(nb.provenance(comparison)),
         *nb.run_failures(comparison, summary),
-        nb.table(summary[_cols], label="per-mode summary") if len(summary) else mo.md(""),
-    ])
+        nb.table(summary[["mode", "first_step_ms", "steady_median_ms", "compiles_total",
+                          "compiles_steady", "final_loss"]], label="per mode, on this machine")
+        if len(summary) else mo.md(""),
+    ]) if comparison is not None else None)
     return (summary,)
 
 
 @app.cell
 def _(comparison):
-    wb.charts.loss_curves(comparison.steps) if len(comparison.steps) else mo.md("")
+    mo.stop(comparison is None or not len(comparison.steps))
+    wb.charts.loss_curves(comparison.steps)
     return
 
 
 @app.cell(hide_code=True)
 def _(backend, summary):
-    mo.stop(summary.empty)  # the cell above shows why (a failed-run callout)
+    mo.stop(summary is None or summary.empty)
     _fast = summary.sort_values("steady_median_ms").iloc[0]
     _why = (
-        "XLA is not a speed-up on a CPU; its value here is that `lazy` and `compile` produce the "
-        "very programs a TPU runs, compiled once (see `compiles_total`) and never again in "
-        "steady state (`compiles_steady`). More in the *eager vs compiled* notebook."
+        "XLA is no speed-up on a CPU; what it buys here is that `lazy` and `compile` build the "
+        "very program a TPU runs, compiled once (`compiles_total`) and never again in steady "
+        "state (`compiles_steady`). A steady compile is a recompilation, the most common "
+        "performance bug on TPUs: *eager vs compiled* shows what causes one."
         if backend["torch_xla_installed"] else
         "This environment has no torch_xla and no TPU chip, so only plain PyTorch runs: eager "
         "against `torch.compile` (inductor). On a TPU the TorchTPU modes join them.")
     mo.md(f"""
-    **Reading the numbers.** The fastest steady state here is
-    **{_fast["mode"]}** at {_fast["steady_median_ms"]:.1f} ms per step.
-    {_why}
+    **Reading the numbers.** The fastest steady state on this machine is
+    **{_fast["mode"]}**, at {_fast["steady_median_ms"]:.1f} ms a step. {_why}
+    → `marimo edit notebooks/eager_vs_compiled.py`
     """)
     return
 
@@ -188,10 +156,11 @@ def _(backend, summary):
 @app.cell(hide_code=True)
 def _():
     mo.md(r"""
-    ## What did XLA compile, and where does a step's time go?
+    ## What did XLA compile?
 
-    One more `compile` run of the model picked above, this time capturing XLA's HLO dumps and a
-    profile of its steps.
+    One more `compile` run of the model above, capturing XLA's HLO and a profile. Left, the
+    kernels the optimised step runs; right, the ops that took the most time. **Click a bar**
+    in either to open that kernel below: its HLO and the lines of the model it came from.
     """)
     return
 
@@ -205,42 +174,57 @@ def _():
 
 @app.cell
 def _(backend, model, run_hlo):
-    mo.stop(not backend["torch_xla_installed"], mo.callout(mo.md(
-        "**Skipped: this environment has no torch_xla** (it is the TorchTPU environment, "
-        "`.venv-torchtpu`). The HLO dumps come from XLA; run this notebook from `.venv` to see "
-        "them. On a TPU, the TorchTPU mode `tpu_compile` with `capture=('hlo',)` writes the "
-        "StableHLO of its graphs instead."), kind="info"))
-    _spec = wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
-                              mode="compile", steps=3 if SMOKE else 5, capture=("hlo", "profile"))
-    _reuse = nb.reuse_ok() and not run_hlo.value
-    _go = nb.may_measure(OPENED, "hlo", run_hlo.value)
-    mo.stop(not _go and not (_reuse and wb.reusable(_spec)),
-            mo.callout(mo.md(f"Press **run** above to capture {_spec.model}'s HLO and profile."),
-                       kind="info"))
-    with mo.status.spinner(title="compiling with HLO dumps and profiling"):
-        captured = wb.run(_spec, reuse=_reuse)
-    hlo_ops, _s = nb.step_hlo(captured)
-    profile_ops = nb.profile_ops(captured)
-    mo.md(f"""
-    {nb.provenance(captured)}
-
-    The optimised step of {_spec.model} has **{len(hlo_ops):,} HLO instructions** in
-    {sum(_s["fusions_by_kind"].values())} fusions. FLOPs per step: XLA's cost model
-    {nb.xla_flops_text(_s)}; the analytic matmul count {_s["dot_flops"] / 1e9:.3f} GFLOP.
-    The *HLO explorer* notebook goes further.
-    """)
-    return hlo_ops, profile_ops
+    step = None
+    if not backend["torch_xla_installed"]:
+        mo.output.replace(mo.callout(mo.md(
+            "**Skipped: this environment has no torch_xla** (it is the TorchTPU environment, "
+            "`.venv-torchtpu`); the HLO comes from XLA. Run this notebook from `.venv` to see "
+            "it."), kind="info"))
+    else:
+        _spec = wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
+                                  mode="compile", steps=3 if SMOKE else 5,
+                                  capture=("hlo", "profile"))
+        step = nb.captured_step(SECTIONS.run(
+            "hlo", run_hlo, _spec, title="compiling with HLO dumps and profiling",
+            waiting=f"Press **run** above to capture {_spec.model}'s HLO and profile."))
+    if step is not None:
+        mo.output.replace(mo.md(
+            f"{nb.provenance(step.result)}\n\nThe optimised step of {step.result.spec.model} "
+            f"runs **{len(step.kernels):,} kernels**, "
+            f"{int((step.kernels['opcode'] == 'fusion').sum())} of them fusions. FLOPs per "
+            f"step: XLA's cost analysis {nb.xla_flops_text(step.summary)}."))
+    return (step,)
 
 
 @app.cell
-def _(hlo_ops):
-    wb.charts.op_mix(hlo_ops, top=12, title="ops after optimisation", width=420)
-    return
+def _(step):
+    kinds = (mo.ui.altair_chart(wb.charts.kernel_mix(step.kernels, top=10, width=300))
+             if step else None)
+    top = (mo.ui.altair_chart(wb.charts.top_ops(nb.profile_ops(step.result), n=10, width=300))
+           if step else None)
+    mo.hstack([kinds, top], justify="start", gap=1) if step else None
+    return kinds, top
 
 
 @app.cell
-def _(profile_ops):
-    wb.charts.top_ops(profile_ops, n=12, width=420)
+def _(kinds, step, top):
+    mo.stop(step is None)
+    _name = (nb.picked(top, "hlo_op") or [None])[0]
+    _kind = (nb.picked(kinds, "opcode") or ["fusion"])[0]
+    if _name is None:  # the biggest kernel of the kind picked (fusion until a click)
+        _of = step.kernels[step.kernels["opcode"] == _kind]
+        _name = _of.sort_values("ops_inside", ascending=False)["name"].iloc[0]
+    _d = hlo.op_detail(step.after, _name)
+    mo.vstack([
+        mo.md(f"**`{_d.name}`**" + (f" runs `{_d.kernel}`" if _d.kernel != _d.name else "")
+              + f": {len(_d.inside)} instruction(s) fused."),
+        nb.code_block(_d.text, max_height_px=110),
+        nb.table(_d.sources[["source_op", "file", "line", "code"]],
+                 label="the model lines behind it (HLO metadata)") if len(_d.sources)
+        else mo.md("_No model line: XLA made this op itself._"),
+        mo.md("→ `marimo edit notebooks/hlo_explorer.py` (every kernel, the roofline, the "
+              "same step compiled by libtpu for a v6e) and `notebooks/profiling.py`"),
+    ])
     return
 
 
@@ -249,9 +233,10 @@ def _():
     mo.md(r"""
     ## How is the model laid out on a v6e-8?
 
-    A v6e host has 8 chips in a 2x4 mesh. Here 8 virtual XLA:CPU devices stand in for them:
-    the SPMD partitioner is the same. Pick a mesh and a strategy and press **run**; the chart
-    shows which slice of a weight each device holds (same colour = same slice, a replica).
+    A v6e-8 host has 8 chips in a 2x4 mesh; 8 virtual XLA:CPU devices stand in for them, split
+    by the same SPMD partitioner. Pick a mesh and a strategy and press **run**: the grid shows
+    which slice of a weight each device holds (same colour = the same slice). **Click a
+    device** for everything it holds.
     """)
     return
 
@@ -270,87 +255,91 @@ def _():
 def _(backend, mesh, model, run_layout, strategy):
     _shape = sharding.MESHES[mesh.value]
     _model = SMOKE_MODEL if SMOKE else model.value
-    _reuse = nb.reuse_ok() and not run_layout.value
-    # steps=0: torch_xla places the model on the mesh and reports the layout; nothing compiles
-    _spec = wb.ExperimentSpec(model=_model, preset="tiny", mode="compile", steps=0,
-                              mesh=tuple(_shape), strategy=strategy.value)
-    mo.stop(not nb.may_measure(OPENED, "layout", run_layout.value)
-            and not (_reuse and backend["torch_xla_installed"] and wb.reusable(_spec)),
-            mo.callout(mo.md(f"Press **run** above to lay {_model} out with "
-                             f"`{strategy.value}` on {mesh.value}."), kind="info"))
-    # SPMD where torch_xla is installed (a stored run of the same layout is reused), else
-    # DTensor over one process per device
-    with mo.status.spinner(title=f"laying {_model} out on a {mesh.value} mesh"):
-        if backend["torch_xla_installed"]:
-            _result = wb.run(_spec, reuse=_reuse)
-            layout = sharding.layout_frame(_result)
-            _how = ("The *sharding* notebook shows every tensor, memory per device and the "
-                    "collectives XLA inserted.")
-            _when = nb.provenance(_result)
-        else:
-            layout, _shape, _how = nb.mesh_layout(_model, _shape, strategy.value, smoke=SMOKE)
-            _when = ""
-    largest = sharding.largest_split_tensor(layout)
+    layout = None
+    if backend["torch_xla_installed"]:
+        # steps=0: torch_xla places the model on the mesh and reports it; nothing compiles
+        _spec = wb.ExperimentSpec(model=_model, preset="tiny", mode="compile", steps=0,
+                                  mesh=tuple(_shape), strategy=strategy.value)
+        _result = SECTIONS.run("layout", run_layout, _spec,
+                               title=f"laying {_model} out on a {mesh.value} mesh",
+                               waiting=f"Press **run** above to lay {_model} out with "
+                                       f"`{strategy.value}` on {mesh.value}.")
+        if _result is not None:
+            layout, layout_how = sharding.layout_frame(_result), nb.provenance(_result)
+    elif SECTIONS.reuse("layout", run_layout.value) is not None:
+        # no torch_xla: DTensor over one process per device
+        layout, _shape, layout_how = nb.mesh_layout(_model, _shape, strategy.value,
+                                                    smoke=SMOKE)
+    layout_mesh = tuple(_shape)
     layout_strategy = strategy.value
-    layout_devices = math.prod(_shape)
+    return layout, layout_how, layout_mesh, layout_strategy
+
+
+@app.cell
+def _(layout, layout_how, layout_mesh, layout_strategy):
+    largest = sharding.largest_split_tensor(layout) if layout is not None else None
+    grid = (mo.ui.altair_chart(wb.charts.layout_grid(layout, largest, layout_mesh))
+            if layout is not None else None)
+    (mo.vstack([
+        mo.md(layout_how),
+        mo.md(f"**{sharding.STRATEGIES[layout_strategy]}.** The largest parameter it splits, "
+              f"`{largest}`, on the {sharding.mesh_text(layout_mesh)} mesh:"),
+        grid,
+    ]) if layout is not None else None)
+    return grid, largest
+
+
+@app.cell
+def _(grid, layout):
+    mo.stop(layout is None)
+    _device = (nb.picked(grid, "device_name") or [layout["device_name"].iloc[0]])[0]
+    _held = sharding.device_holdings(layout, _device)
     mo.vstack([
-        mo.md(_when),
-        mo.md(f"**{sharding.STRATEGIES[strategy.value]}.** The largest parameter it splits, "
-              f"`{largest}`, on the {sharding.mesh_text(_shape)} mesh:"),
-        wb.charts.layout_grid(layout, largest, _shape),
-        mo.md(_how),
+        nb.table(_held, page_size=6, label=f"what {_device} holds: "
+                 f"{_held['shard_bytes'].sum() / 1e6:,.2f} MB of parameters and inputs"),
+        mo.md("→ `marimo edit notebooks/sharding.py`: every tensor, memory per device and "
+              "the collectives XLA inserted, for every strategy"),
     ])
-    return largest, layout, layout_devices, layout_strategy
+    return
 
 
 @app.cell(hide_code=True)
-def _():
-    mo.md(r"""
+def _(largest, layout_strategy):
+    mo.stop(largest is None)
+    mo.md(f"""
     ## Workshop exercise
 
-    With the mesh and strategy above, **how many devices hold each slice of the parameter drawn
-    above** (its replicas)? Work it out from the strategy (which mesh axis splits that weight,
-    if any?), then enter it and press **check**. Change the strategy, press **run**, and try
-    again.
+    The grid shows how `{layout_strategy}` lays out `{largest}`. **Under
+    `{exercise.asked_strategy(layout_strategy)}` on the same mesh, how many KB of that weight
+    would one device hold?** Reason it out from the weight's shape (in the grid's title) and
+    what the strategy splits, then check. Nothing runs to judge it.
     """)
     return
 
 
 @app.cell
 def _():
-    answer = mo.ui.text(label="devices holding each slice", placeholder="a whole number").form(
+    answer = mo.ui.number(start=0, stop=1e9, step=0.1, label="KB per device").form(
         submit_button_label="check", bordered=False)
     answer
     return (answer,)
 
 
-@app.cell
-def _(answer, largest, layout, layout_devices, layout_strategy):
-    mo.stop(answer.value is None,
-            mo.md("_Enter a number and press **check**; nothing is judged before that._"))
-    _rows = layout[layout["tensor"] == largest]
-    _each = int(_rows.groupby("index_label")["device_name"].nunique().max())
-    _kind, _verdict = judge_replicas(answer.value, _each, layout_devices)
-    mo.callout(mo.md(f"`{layout_strategy}`, `{largest}`: {_verdict}"), kind=_kind)
+@app.cell(hide_code=True)
+def _(answer, largest, layout_mesh, layout_strategy, model):
+    # Judged by tpu_workbench/exercises/quickstart.py from the workbench's own sharding plan.
+    mo.stop(largest is None)
+    if answer.value is None:
+        _kind, _text = "neutral", "_Enter a number and press **check**._"
+    else:
+        _asked = exercise.asked_strategy(layout_strategy)
+        _model = SMOKE_MODEL if SMOKE else model.value
+        _whole = exercise.held_kb(_model, largest, layout_mesh, "dp")  # dp: all of it
+        _kind, _text = exercise.judge(
+            answer.value, exercise.held_kb(_model, largest, layout_mesh, _asked), _whole,
+            _asked, math.prod(layout_mesh))
+    mo.callout(mo.md(_text), kind=_kind)
     return
-
-
-@app.function(hide_code=True)
-def judge_replicas(text: str, each: int, devices: int) -> tuple[str, str]:
-    """The verdict on the typed answer `text` when `each` devices hold every slice of a weight
-    laid out over `devices` devices: ``(callout kind, markdown)``. Pure: it starts nothing."""
-    try:
-        said = int(str(text).strip())
-    except ValueError:
-        return "warn", f"Type a whole number of devices, from 1 to {devices} (not `{text}`)."
-    if not 1 <= said <= devices:
-        return "warn", (f"{said} is out of range: the mesh has {devices} devices, so the answer "
-                        f"is between 1 and {devices}.")
-    if said == each:
-        return "success", f"**Right**: {each} device(s) hold each slice."
-    return "warn", (f"You said {said}; not quite. Hint: count the cells of one colour. A weight "
-                    "split along one mesh axis is replicated along the other; a weight split "
-                    "along none sits whole on every device.")
 
 
 if __name__ == "__main__":

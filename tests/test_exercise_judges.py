@@ -34,3 +34,19 @@ def test_profiling_compile_in_steps():
     assert "positive" in profiling.judge(0, ratio)[1]
     no_compile = steps.assign(compile_us=0.0).iloc[1:]
     assert profiling.judge(3, profiling.compile_in_steps(no_compile))[0] == "neutral"
+
+
+def test_quickstart_fsdp_share_by_hand():
+    from tpu_workbench.exercises import quickstart
+
+    assert quickstart.asked_strategy("dp_tp") == "fsdp" and quickstart.asked_strategy(
+        "fsdp") == "tp"
+    # minGPT tiny's c_fc weight is [512, 128] float32: 262.144 KB; fsdp over 8 devices
+    kb = quickstart.held_kb("mingpt", "transformer.h.0.mlp.c_fc.weight", (2, 4), "fsdp")
+    assert kb == 512 * 128 * 4 / 8 / 1e3
+    tp = quickstart.held_kb("mingpt", "transformer.h.0.mlp.c_fc.weight", (2, 4), "tp")
+    assert tp == 512 * 128 * 4 / 4 / 1e3  # the model axis only
+    assert quickstart.judge(32.8, kb, 262.144, "fsdp", 8)[0] == "success"
+    assert "whole weight" in quickstart.judge(262.1, kb, 262.144, "fsdp", 8)[1]
+    assert "1,000" in quickstart.judge(32.0, kb, 262.144, "fsdp", 8)[1]
+    assert quickstart.judge(None, kb, 262.144, "fsdp", 8)[0] == "warn"

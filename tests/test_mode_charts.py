@@ -91,3 +91,13 @@ def test_a_mode_has_one_colour_in_every_chart_whatever_else_is_drawn():
             assert lazy in {c.lower() for c in strokes}
     alone = re.findall(r'fill="(#[0-9a-fA-F]{6})"', _svg(charts.steady_times(SUMMARY[1:])))
     assert lazy in {c.lower() for c in alone}
+
+
+def test_loss_curves_name_the_modes_whose_lines_coincide():
+    steps = pd.DataFrame([{"step": s, "loss": 2.0 / (s + 1) + (0.3 if m == "torch_eager" else 0),
+                           "mode": m} for m in ("torch_eager", "lazy", "compile")
+                          for s in range(4)])
+    title = charts.loss_curves(steps).to_dict()["title"]
+    assert title["subtitle"] == ["lazy = compile: the same loss at every step, one line"]
+    apart = steps.assign(loss=steps["loss"] + steps["mode"].map({"lazy": 0.01}).fillna(0))
+    assert isinstance(charts.loss_curves(apart).to_dict()["title"], str)

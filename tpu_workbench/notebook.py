@@ -479,3 +479,43 @@ def two_compilers(step: CapturedStep, tpu):
                    charts.kernel_mix(tpu_kernels, top=12, title="TPU v6e kernels (libtpu)")],
                   justify="start", gap=1),
     ])
+
+
+def chip_table_view():
+    """The published chip table with its units in the column names (``HBM GB/s``: gigabytes,
+    not gigabits) and the host size said for what it is."""
+    from .environment.chips import chip_table
+
+    return chip_table()[["name", "bf16_tflops", "hbm_gb", "hbm_gbps", "ici_link_gbps",
+                         "chips_per_host"]].rename(columns={
+        "name": "chip", "bf16_tflops": "bf16 TFLOP/s", "hbm_gb": "HBM GB",
+        "hbm_gbps": "HBM GB/s", "ici_link_gbps": "ICI GB/s per link",
+        "chips_per_host": "chips on the largest one-host VM"})
+
+
+def where_am_i(backend: dict) -> str:
+    """Markdown: what the runs of this notebook use (a TPU, XLA:CPU, or plain PyTorch where
+    torch_xla is missing), why no TPU if none, and this CPU's measured peak beside a v6e chip's
+    published one, with why that ratio compares like with like."""
+    from .environment.chips import get_chip
+
+    peak = backend["host_peak"]["peak_flops"]
+    tpu, ttpu = backend["tpu"], backend["torch_tpu"]
+    if not backend["torch_xla_installed"]:
+        where = ("**plain PyTorch on CPU** (torch_xla is not installed in this environment, "
+                 "so the XLA modes, HLO and SPMD sections are skipped)")
+    elif tpu["available"]:
+        where = f"**a TPU** ({tpu['reason']})"
+    else:
+        where = f"**{tpu['fallback']}**: no TPU chip is attached to this machine"
+    if ttpu["installed"]:
+        where += (f"; TorchTPU {ttpu['version']} is installed"
+                  + (" and offers tpu_eager, tpu_fused and tpu_compile below"
+                     if ttpu["available"] else " but needs a TPU chip"))
+    v6e = get_chip("v6e")
+    return (f"The runs below use {where}. This CPU reaches **{peak / 1e9:,.0f} GFLOP/s** "
+            f"in fp32 matmuls ({host_peak_text(backend['host_peak'])}); one v6e chip peaks at "
+            f"**{v6e.bf16_tflops:,.0f} TFLOP/s** in bf16 (published), about "
+            f"{v6e.peak_flops / peak:,.0f}x. The comparison is fair for a model trained in "
+            "fp32 through torch_xla: at its default matmul precision an fp32 matmul runs on "
+            "the TPU's matrix units as one bf16 pass.")

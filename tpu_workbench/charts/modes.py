@@ -46,9 +46,13 @@ def loss_curves(steps: pd.DataFrame, title: str = "training loss per mode") -> a
 
     Modes train the same model from the same weights on the same batches, but their numerics
     differ (fused kernels, another summation order), so curves may drift apart: the default
-    `title` claims no more than the chart shows.
+    `title` claims no more than the chart shows. Modes whose losses agree at every step (to
+    1e-5 relative) are drawn as one line and named together in the subtitle, so that one
+    visible line under several legend entries is explained.
     """
     require_columns(steps, ["step", "loss", "mode"], "loss_curves")
+    same = coinciding(steps)
+    subtitle = [" = ".join(g) + ": the same loss at every step, one line" for g in same]
     return (
         alt.Chart(steps)
         .mark_line()
@@ -56,8 +60,27 @@ def loss_curves(steps: pd.DataFrame, title: str = "training loss per mode") -> a
                 y=alt.Y("loss:Q", title="training loss"),
                 color=alt.Color("mode:N", scale=mode_scale(steps["mode"])),
                 tooltip=["mode", "step", "loss"])
-        .properties(title=title, width=520, height=200)
+        .properties(title=alt.TitleParams(title, subtitle=subtitle) if subtitle else title,
+                    width=520, height=200)
     )
+
+
+def coinciding(steps: pd.DataFrame, rtol: float = 1e-5) -> list[list[str]]:
+    """Groups of two or more modes whose losses agree at every step they share (relative
+    `rtol`), each in the order the modes first appear. Columns ``step``, ``loss``, ``mode``."""
+    curves = {m: g.set_index("step")["loss"] for m, g in steps.groupby("mode", sort=False)}
+    groups: list[list[str]] = []
+    for mode, curve in curves.items():
+        for group in groups:
+            other = curves[group[0]]
+            both = curve.index.intersection(other.index)
+            if len(both) and ((curve[both] - other[both]).abs()
+                              <= rtol * other[both].abs().clip(lower=1e-12)).all():
+                group.append(mode)
+                break
+        else:
+            groups.append([mode])
+    return [g for g in groups if len(g) > 1]
 
 
 def steady_times(summary: pd.DataFrame) -> alt.LayerChart:
