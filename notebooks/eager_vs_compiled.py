@@ -1,22 +1,21 @@
 import marimo
 
 __generated_with = "0.25.2"
-app = marimo.App(width="medium", app_title="Eager vs compiled: what each way of running costs")
+app = marimo.App(
+    width="medium",
+    app_title="Eager vs compiled: what each way of running costs",
+)
 
 with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
     from tpu_workbench import notebook as nb
+    from tpu_workbench.exercises import eager_vs_compiled as exercise
 
     SMOKE = wb.smoke_mode()
     SLOW_MODELS = ("resnet", "unet")
-    # Sections that have run since the notebook opened (see `nb.may_measure`).
-    OPENED: set[str] = set()
-    # The exercise's run: the first `.item()` comes at step 2 of a lazy run of the small MLP.
-    EXERCISE = wb.ExperimentSpec(model="mlp", preset="tiny", mode="lazy", steps=4,
-                                 change="item", change_at=2)
-    ANSWER_RANGE = (0, 10)
+    SECTIONS = nb.Sections()
 
 
 @app.cell(hide_code=True)
@@ -59,73 +58,69 @@ def _():
 
 @app.cell
 def _(cold, model, modes, run_modes, steps):
-    _go = nb.may_measure(OPENED, "modes", run_modes.value)
     # Smoke mode (CI): the smallest model, few steps, shared warm workers.
-    _n = 3 if SMOKE else steps.value
     _modes = ["eager", "lazy", "compile"] if SMOKE else modes.value
-    _model = "mlp" if SMOKE else model.value
-    _specs = [wb.ExperimentSpec(model=_model, preset="tiny", mode=_m, steps=_n)
-              for _m in _modes]
-    mo.stop(not _specs, mo.callout(mo.md("Pick at least one mode above."), kind="info"))
-    _reuse = nb.reuse_ok() and not run_modes.value
-    _cold = cold.value and not SMOKE
-    mo.stop(not _go and not (_reuse and all(wb.reusable(_s, cold=_cold) for _s in _specs)),
-            mo.callout(mo.md("Press **run** above to measure these settings."), kind="info"))
-    comparison = wb.run_live(_specs, cold=_cold, reuse=_reuse)
+    _specs = [wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
+                                mode=_m, steps=3 if SMOKE else steps.value) for _m in _modes]
+    comparison = (SECTIONS.run_live("modes", run_modes, _specs, cold=cold.value and not SMOKE,
+                                    waiting="Press **run** above to measure these settings.")
+                  if _specs else None)
+    if not _specs:
+        mo.output.replace(mo.callout(mo.md("Pick at least one mode above."), kind="info"))
     return (comparison,)
 
 
 @app.cell
 def _(comparison):
     # Beside the step times: the chip's duty cycle, TensorCore use and HBM that the worker
-    # sampled (libtpu's monitoring SDK), or why there are none (no chip: nothing is made up).
-    nb.chip_metrics_view(comparison)
+    # sampled, or why there are none (no chip: nothing is made up).
+    nb.chip_metrics_view(comparison) if comparison is not None else None
     return
 
 
 @app.cell
 def _(comparison):
-    summary = comparison.summary
-    _cols = ["mode", "first_step_ms", "steady_median_ms", "compiles_total", "compiles_steady",
-             "mfu"]
-    _failures = nb.run_failures(comparison, summary)  # a failed run, or no summary at all
-    mo.vstack([
+    summary = comparison.summary if comparison is not None else None
+    (mo.vstack([
         mo.md(nb.provenance(comparison)),
-        *_failures,
-        nb.table(summary[_cols], label="per-mode summary") if len(summary) else mo.md(""),
-    ])
+        *nb.run_failures(comparison, summary),  # a failed run, or no summary at all
+        nb.table(summary[["mode", "first_step_ms", "steady_median_ms", "compiles_total",
+                          "compiles_steady", "mfu"]].rename(
+            columns={"mfu": "share of this CPU's peak"}),
+            label="per mode, measured on this machine") if len(summary) else mo.md(""),
+    ]) if comparison is not None else None)
     return (summary,)
 
 
 @app.cell
 def _(summary):
-    wb.charts.first_vs_steady(summary) if len(summary) else mo.md("")
-    return
-
-
-@app.cell
-def _(summary):
-    wb.charts.steady_times(summary) if len(summary) else mo.md("")
-    return
-
-
-@app.cell
-def _(summary):
-    wb.charts.compiles_per_mode(summary) if len(summary) else mo.md("")
+    mo.stop(summary is None or not len(summary))
+    mo.vstack([wb.charts.first_vs_steady(summary), wb.charts.steady_times(summary),
+               wb.charts.compiles_per_mode(summary)])
     return
 
 
 @app.cell(hide_code=True)
-def _(summary):
-    mo.stop(summary.empty)  # the cell above shows why (a failed-run callout)
-    _peak = summary["peak_source"].iloc[0]
+def _(comparison, summary):
+    mo.stop(summary is None or summary.empty)  # the cell above shows why
+    _later = wb.steady_compiles(comparison.steps)
+    _where = "; ".join(f"`{_m}` compiled " + ", ".join(f"{_n} at step {_s}"
+                                                        for _s, _n in _at.items())
+                       for _m, _at in _later.items())
+    _settle = (f" Here {_where}. A compile at step 1 and never again is the mode settling: "
+               "`dynamo` compiles its forward and backward graphs at step 0, and at step 1 "
+               "the optimizer update it leaves to lazy tensors, cut where a value is read "
+               "(torch_xla's compile analysis names both causes). One that comes back every "
+               "step is the bug." if _later else "")
     mo.md(f"""
-    **How to read it.** `first_step_ms` includes compiling (XLA) or code generation (inductor);
-    `steady_*` are the median and spread of every later step, timed after waiting for the
-    device. `compiles_steady` should be 0: a compile in steady state is a recompilation, the
-    most common performance bug on TPUs. `mfu` is achieved FLOP/s (analytic FLOPs of the step)
-    over the peak ({_peak}). On a CPU, XLA is rarely faster than PyTorch; on a TPU, `lazy`
-    and `compile` are how you get near the chip's peak, because the whole step is one program.
+    **How to read it.** `first_step_ms` includes compiling (XLA) or generating code
+    (inductor); `steady_*` are the median and spread of every later step, timed after waiting
+    for the device. `compiles_steady` counts compiles after step 0: a recompilation in steady
+    state is the most common performance bug on TPUs.{_settle}
+    The last column is achieved FLOP/s over **this CPU's** peak
+    ({summary["peak_source"].iloc[0]}), not a TPU's MFU. On a CPU, XLA is rarely faster than
+    PyTorch; on a TPU, `lazy` and `compile` are how a step gets near the chip's peak, because
+    the whole step is one program.
     """)
     return
 
@@ -156,31 +151,32 @@ def _():
 
 @app.cell
 def _(change, model, run_change):
-    _go = nb.may_measure(OPENED, "recompile", run_change.value)
     _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
                               mode="lazy", steps=5 if SMOKE else 8, change=change.value,
                               change_at=3)
+    compiles = None
     try:
         _spec.validate()
+        _run = SECTIONS.run("recompile", run_change, _spec,
+                            title=f"lazy {_spec.model}, changed at step 3",
+                            waiting="Press **run** above to measure this change.")
     except wb.SpecError as _exc:
-        mo.stop(True, mo.callout(mo.md(f"This change does not apply here: {_exc}"), kind="warn"))
-    _reuse = nb.reuse_ok() and not run_change.value
-    mo.stop(not _go and not (_reuse and wb.reusable(_spec)),
-            mo.callout(mo.md("Press **run** above to measure this change."), kind="info"))
-    with mo.status.spinner(title=f"lazy {_spec.model}, changed at step 3"):
-        recompile_run = wb.run(_spec, reuse=_reuse)
-    compiles = wb.compile_events([recompile_run])
-    mo.vstack([
-        mo.md(nb.provenance(recompile_run)),
-        wb.charts.recompile_timeline(compiles, _spec.steps),
-    ])
+        _run = None
+        mo.output.replace(mo.callout(mo.md(f"This change does not apply here: {_exc}"),
+                                     kind="warn"))
+    if _run is not None:
+        compiles = wb.compile_events([_run])
+        mo.output.replace(mo.vstack([mo.md(nb.provenance(_run)),
+                                     wb.charts.recompile_timeline(compiles, _spec.steps)]))
     return (compiles,)
 
 
 @app.cell
 def _(compiles):
+    mo.stop(compiles is None)
     nb.table(compiles[["step", "trigger", "cause", "explanation"]],
-             label="every compilation, with torch_xla's cause", page_size=5)
+             label="every compilation, with torch_xla's cause and our reading of it",
+             page_size=5)
     return
 
 
@@ -209,78 +205,86 @@ def _():
 
 @app.cell
 def _(model, run_cache):
-    _go = nb.may_measure(OPENED, "cache", run_cache.value)
     _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny", mode="lazy",
                               steps=3 if SMOKE else 6)
-    mo.stop(not _go, mo.callout(mo.md(f"Press **run** above to study {_spec.model}'s compile "
-                                      "cache."), kind="info"))
-    with mo.status.progress_bar(total=3, title="cache study", subtitle="cold worker",
-                                remove_on_exit=True) as _bar:
-        _next = {"cold": "warm worker", "warm": "new shape", "miss": "done"}
-        cache = wb.cache_study(_spec, on_run=lambda s, r: _bar.update(subtitle=_next[s]))
-    mo.vstack([
-        mo.md(nb.provenance(cache.results)),
-        wb.charts.cache_first_steps(cache.runs),
-    ])
+    # a study is three fresh runs in a worker of its own: nothing stored stands in for it
+    cache = None
+    if SECTIONS.reuse("cache", run_cache.value, waiting=f"Press **run** above to study "
+                      f"{_spec.model}'s compile cache.") is not None:
+        with mo.status.progress_bar(total=3, title="cache study", subtitle="cold worker",
+                                    remove_on_exit=True) as _bar:
+            _next = {"cold": "warm worker", "warm": "new shape", "miss": "done"}
+            cache = wb.cache_study(_spec, on_run=lambda s, r: _bar.update(subtitle=_next[s]))
+        mo.output.replace(mo.vstack([mo.md(nb.provenance(cache.results)),
+                                     wb.charts.cache_first_steps(cache.runs)]))
     return (cache,)
 
 
 @app.cell
 def _(cache):
-    nb.table(cache.runs[["label", "first_step_ms", "compiles", "cache_hits", "saved_ms"]],
-             label="one row per run, same worker")
-    return
-
-
-@app.cell
-def _(cache):
-    nb.table(cache.compiles[["scenario", "step", "trigger", "explanation"]],
-             label="compilations during the steps, with their cause", page_size=5)
+    mo.stop(cache is None)
+    mo.vstack([
+        nb.table(cache.runs[["label", "first_step_ms", "compiles", "cache_hits", "saved_ms"]],
+                 label="one row per run, same worker (saved_ms: only where nothing compiled)"),
+        nb.table(cache.compiles[["scenario", "step", "trigger", "explanation"]],
+                 label="compilations during the steps, with their cause", page_size=5),
+    ])
     return
 
 
 @app.cell(hide_code=True)
 def _(cache):
+    mo.stop(cache is None)
     _cold, _warm, _miss = (cache.runs.iloc[i] for i in range(3))
     mo.md(f"""
-    The warm re-run compiled **{_warm.compiles:g}** graphs and took **{_warm.cache_hits:g}**
+    The warm re-run compiled **{_warm.compiles:g}** programs and took **{_warm.cache_hits:g}**
     from the cache: its first step took {_warm.first_step_ms:,.0f} ms instead of
-    {_cold.first_step_ms:,.0f} ms ({_warm.saved_ms:,.0f} ms saved). The new batch size missed
-    and compiled **{_miss.compiles:g}** graph(s); the worker now holds
-    {_miss.cached_graphs:g} executables.
-
-    ### Across processes: the persistent cache
-
-    The in-process cache dies with the worker. `torch_xla.runtime.initialize_cache(folder)`
-    (the runner's `persistent_cache=True`, one folder per runtime configuration) also writes
-    every executable to disk for the next process. Two fresh workers below share one folder.
+    {_cold.first_step_ms:,.0f} ms. The new batch size missed and compiled
+    **{_miss.compiles:g}** program(s), paying a compile again (so it saved nothing). The
+    worker's cache now holds {_miss.cached_graphs:g} executables: the step's for each batch
+    size, and the program the set-up compiled before step 0 to place the weights and the
+    optimizer's state.
     """)
     return
 
 
+app._unparsable_cell(
+    """
+    mo.md(f\"\"\"
+    ### Across processes: the persistent cache
+
+    The in-process cache dies with the worker. `torch_xla.runtime.initialize_cache(folder)`
+    (the runner's `persistent_cache=True`) also writes every executable to disk, for the next
+    process to load instead of compiling. {\"\\\" if backend_is_tpu else
+    \"**On XLA:CPU it cannot work**: the CPU writes the files but cannot read a compiled \"
+    \"program back, so the second process compiles again. The check below shows that, and \"
+    \"on a TPU VM it shows the saving.\"}
+    \"\"\")
+    """,
+    column=None, disabled=False, hide_code=True, expand_output=False, name="_"
+)
+
+
 @app.cell
 def _():
-    run_persistent = mo.ui.run_button(label="run")
+    backend_is_tpu = wb.describe()["tpu"]["available"]
+    run_persistent = mo.ui.run_button(label="run the two-process check")
     run_persistent
     return (run_persistent,)
 
 
 @app.cell
 def _(model, run_persistent):
-    _go = nb.may_measure(OPENED, "persistent", run_persistent.value)
-    mo.stop(SMOKE, mo.callout(mo.md(
-        "Smoke mode (CI) skips this check, which starts two fresh workers; "
-        "`tests/test_compile_cache.py` runs it, and so does "
-        "`tpu-workbench cache --persistent --out DIR`."), kind="info"))
-    mo.stop(not _go, mo.callout(mo.md(f"Press **run** above to check {model.value} across two "
-                                      "processes."), kind="info"))
-    _spec = wb.ExperimentSpec(model=model.value, preset="tiny", mode="lazy", steps=3)
+    # Two fresh workers, only on a click (on XLA:CPU the answer is known: see above).
+    mo.stop(not run_persistent.value)
+    _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
+                              mode="lazy", steps=3)
     with mo.status.spinner(title="two fresh workers with the persistent cache"):
-        persistent = wb.persistent_cache_check(_spec)
+        _check = wb.persistent_cache_check(_spec)
     mo.vstack([
-        mo.callout(mo.md(persistent.verdict), kind="success" if persistent.readable else "warn"),
-        nb.table(persistent.runs[["process", "first_step_ms", "compiles", "persistent_hits",
-                                  "persistent_misses", "deserialize_failures"]],
+        mo.callout(mo.md(_check.verdict), kind="success" if _check.readable else "warn"),
+        nb.table(_check.runs[["process", "first_step_ms", "compiles", "persistent_hits",
+                              "persistent_misses", "deserialize_failures"]],
                  label="each process's persistent-cache counters"),
     ])
     return
@@ -289,132 +293,35 @@ def _(model, run_persistent):
 @app.cell(hide_code=True)
 def _():
     mo.md(r"""
-    ## A batch-size sweep, here or on a Ray cluster
+    Many runs at once (a batch-size sweep on this host's pool or on Ray): `marimo edit
+    notebooks/scale_out.py`.
 
-    How does the steady step time grow with the batch? One run per batch size, each in a
-    workbench worker of its own. The **local** engine runs them one after another on this
-    host's worker pool; **ray** makes each run a Ray task (an embedded local Ray here, a
-    cluster with `tpu-workbench sweep --engine ray --address HOST:6379`): Ray places the
-    worker on a node, streams its records back while it trains, and runs it again elsewhere if
-    its node dies. Every run's results folder lands here either way, with the node that ran it.
-    """)
-    return
-
-
-@app.cell
-def _():
-    sweep_form = mo.md("{engine} {mode} {batch_sizes}").batch(
-        engine=mo.ui.dropdown(["local", "ray"], value="local", label="engine"),
-        mode=mo.ui.dropdown(wb.available_modes(), value="torch_eager", label="mode"),
-        batch_sizes=mo.ui.multiselect(["4", "8", "16", "32", "64", "128"],
-                                      value=["8", "16", "32"], label="batch sizes"),
-    ).form(submit_button_label="sweep", bordered=False)
-    sweep_form
-    return (sweep_form,)
-
-
-@app.cell
-def _(model, sweep_form):
-    # A sweep is several cold workers: it runs only when the form is submitted.
-    mo.stop(sweep_form.value is None, mo.callout(mo.md(
-        "Pick an engine and the batch sizes, then press **sweep**."), kind="info"))
-    _chosen = sweep_form.value
-    mo.stop(not _chosen["batch_sizes"], mo.callout(mo.md("Pick at least one batch size."),
-                                                    kind="info"))
-    _base = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
-                              mode=_chosen["mode"], steps=3 if SMOKE else 10)
-    _specs = wb.grid(_base, {"batch_size": sorted(int(b) for b in _chosen["batch_sizes"])})
-    _live = wb.LiveSteps(_specs, show=lambda f: mo.output.replace(wb.charts.step_times(f)))
-    with mo.status.spinner(title=f"sweep of {len(_specs)} runs ({_chosen['engine']})"):
-        swept = wb.sweep(_specs, engine=_chosen["engine"], on_record=_live)
-    mo.output.replace(wb.charts.step_times(swept.steps) if len(swept.steps) else mo.md(""))
-    return (swept,)
-
-
-@app.cell
-def _(swept):
-    _summary = swept.summary
-    mo.stop(_summary.empty, mo.callout(mo.md("No run of the sweep finished:\n\n" + "\n".join(
-        f"- {e}" for e in swept.errors.values())), kind="danger"))
-    wb.charts.sweep_times(_summary, "batch_size")
-    return
-
-
-@app.cell
-def _(swept):
-    nb.table(swept.runs[["batch_size", "state", "host", "node", "attempts", "run_id"]],
-             label="one row per run: where it ran")
-    return
-
-
-@app.cell(hide_code=True)
-def _():
-    mo.md(f"""
     ## Workshop exercise
 
-    Reading a value in the middle of a step (`loss.item()`, `print(loss)`, an `if` on a tensor)
-    forces XLA to run what it has traced so far. **In `lazy` mode, how many new programs does
-    XLA compile at the first step where the loss is read with `.item()` before `backward()`?**
-    Pick the change `.item()` in *What makes XLA compile again?* and press its **run**, or reason
-    it out, then enter a number from {ANSWER_RANGE[0]} to {ANSWER_RANGE[1]} and press
-    **check**. The answer was measured once, on the small MLP in a fresh worker, so no earlier
-    run's cache changes it.
+    A training loop in `compile` mode runs **3 epochs** over a data set that gives 1,000
+    batches of 32 and then, since nothing drops the remainder, **one last batch of 8** each
+    epoch. **How many times does XLA compile the training step in all?** Reason from what you
+    saw above: what makes XLA compile, and what its cache keeps.
     """)
     return
 
 
 @app.cell
 def _():
-    # Measured once, in a fresh worker; checking an answer never starts one.
-    measured_answer = exercise_answer(reuse=nb.reuse_ok())
-    return (measured_answer,)
-
-
-@app.cell
-def _():
-    answer = mo.ui.text(label="new compilations at that step", placeholder="a whole number").form(
-        submit_button_label="check", bordered=False)
+    answer = mo.ui.text(label="compilations of the train step",
+                        placeholder="a whole number").form(submit_button_label="check",
+                                                           bordered=False)
     answer
     return (answer,)
 
 
-@app.cell
-def _(answer, measured_answer):
-    mo.stop(answer.value is None,
-            mo.md("_Enter a number and press **check**; nothing is judged before that._"))
-    _kind, _verdict = judge_compiles(answer.value, measured_answer)
-    mo.callout(mo.md(_verdict), kind=_kind)
+@app.cell(hide_code=True)
+def _(answer):
+    # Judged by tpu_workbench/exercises/eager_vs_compiled.py; checking starts no worker.
+    _kind, _text = (("neutral", "_Enter a number and press **check**; nothing is judged "
+                     "before that._") if answer.value is None else exercise.judge(answer.value))
+    mo.callout(mo.md(_text), kind=_kind)
     return
-
-
-@app.function(hide_code=True)
-def exercise_answer(reuse: bool = False) -> int:
-    """New XLA compilations at the first step that reads the loss with `.item()`, measured in a
-    fresh worker (a warm one may hold that graph already and compile nothing). With `reuse`, a
-    stored run counts only if it was its worker's first (``cold=True``)."""
-    result = wb.run(EXERCISE, reuse=reuse, cold=True)
-    return int(result.steps.set_index("step")["compiles"].loc[EXERCISE.change_at])
-
-
-@app.function(hide_code=True)
-def judge_compiles(text: str, measured: int) -> tuple[str, str]:
-    """The verdict on the typed answer `text` against the `measured` count:
-    ``(callout kind, markdown)``. Pure: it starts no worker."""
-    low, high = ANSWER_RANGE
-    try:
-        said = int(str(text).strip())
-    except ValueError:
-        return "warn", f"Type a whole number from {low} to {high} (not `{text}`)."
-    if not low <= said <= high:
-        return "warn", f"{said} is out of range: answer with a number from {low} to {high}."
-    if said == measured:
-        return "success", (
-            f"**Right: {measured}.** The forward pass up to the loss is a new program, compiled "
-            "and run to produce the value. At the end of the step torch_xla still holds the "
-            "trace of the whole step, which is the graph it compiled at step 0: a cache hit, "
-            "though the step now runs two executables.")
-    return "warn", (f"You said {said}; not quite. Hint: count the graphs XLA has not seen "
-                    "before; pick the `.item()` change above and read the compilations table.")
 
 
 if __name__ == "__main__":

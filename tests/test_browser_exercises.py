@@ -7,12 +7,10 @@ from __future__ import annotations
 import os
 import re
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import ROOT, smoke_env
 
-import tpu_workbench as wb
 from tpu_workbench.runs.runner import WORKER_LOG_ENV
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -23,7 +21,7 @@ pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no chromium installed")]
 
 
-RIGHT, WRONG = re.compile(r"Right: \d"), re.compile(r"You said \d")
+RIGHT, WRONG = re.compile(r"Right: 2"), re.compile(r"Not quite|another shape|second epoch")
 
 
 def _shown(page, text):
@@ -32,14 +30,16 @@ def _shown(page, text):
     return page.locator(".output-area", has_text=text)
 
 
-def _check(page, answer: str, expect: str) -> None:
+def _check(page, answer: str, expect) -> None:
     """Type `answer` in the exercise's box, press check, wait for `expect` in the verdict."""
     page.locator("input[placeholder='a whole number']").fill(answer)
-    page.get_by_role("button", name="check").click()
+    page.get_by_role("button", name="check", exact=True).click()
     _shown(page, expect).first.wait_for(timeout=60_000)
 
 
 def test_eager_vs_compiled_exercise_in_marimo_edit(tmp_path):
+    """Nothing is judged before a submit, answers are judged on submit, checking starts no
+    worker, and a changed control asks for a click in words instead of measuring."""
     log = tmp_path / "workers.log"
     env = {**smoke_env(tmp_path), WORKER_LOG_ENV: str(log)}
     starts = lambda: len(log.read_text().splitlines()) if log.exists() else 0  # noqa: E731
@@ -52,32 +52,19 @@ def test_eager_vs_compiled_exercise_in_marimo_edit(tmp_path):
         wait_idle(page, 300)
         assert _shown(page, "nothing is judged before that").count() == 1  # the prompt...
         assert _shown(page, RIGHT).count() == _shown(page, WRONG).count() == 0  # no verdict
+        assert _shown(page, "Ancestor stopped").count() == 0
         opened = starts()
         assert opened >= 1
 
-        _check(page, "0", "You said 0")
-        _check(page, "99", "99 is out of range")  # not silently clamped to 10
-        _check(page, "1", "Right: 1.")
+        _check(page, "1", "another shape")
+        _check(page, "6", "second epoch")
+        _check(page, "2", RIGHT)
         assert starts() == opened  # three checks, no worker
 
-        # Warm the page's worker on the exercise's graph: the `.item()` change, run.
-        item = wb.CHANGES["item"]
-        select = page.locator("select", has=page.locator("option", has_text=item))
-        select.select_option(label=item)
-        page.locator(".marimo-cell", has=select).get_by_role("button", name="run").click()
-        wait_idle(page, 300, saw_busy=False)
-        assert _shown(page, "reads the loss with .item()").count()  # the compilations table
-        warmed = starts()
-        _check(page, "0", "You said 0")
-        _check(page, "1", "Right: 1.")  # still right: the answer was measured cold, once
-        assert starts() == warmed
-
-        # A control change alone never measures: it asks for a click.
+        # A control change alone never measures: it asks for a click, in words.
         _shown(page, "fresh worker per mode").get_by_role("checkbox").click()
         _shown(page, "Press run above to measure these settings.").first.wait_for(
             timeout=60_000)
         wait_idle(page, 120, saw_busy=False)
-        assert starts() == warmed
-        assert page.locator(".marimo-cell.has-error").count() == 0
-    assert not errors, errors
-    assert Path(log).exists()
+        assert starts() == opened
+        assert not errors

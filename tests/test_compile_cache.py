@@ -40,8 +40,9 @@ def test_saved_time_is_the_difference_of_the_runs_first_steps(study):
     first = [next(rec["wall_ms"] for rec in records
                   if rec.get("kind") == "step" and rec["step"] == 0) for records in first]
     assert list(study.runs["first_step_ms"]) == pytest.approx(first)
-    assert list(study.runs["saved_ms"]) == pytest.approx([0.0, first[0] - first[1],
-                                                          first[0] - first[2]])
+    # only the warm run, which compiled nothing, saved anything; the others paid a compile
+    assert study.runs["saved_ms"].iloc[1] == pytest.approx(first[0] - first[1])
+    assert study.runs["saved_ms"].iloc[[0, 2]].isna().all()
 
 
 def test_new_shape_is_a_miss_with_its_cause(study):
@@ -87,7 +88,8 @@ def test_persistent_cache_on_cpu_says_it_cannot_be_read_back(tmp_path, monkeypat
     assert second.deserialize_failures >= 1  # found, but XLA:CPU cannot load executables
     assert second.persistent_hits == 0 and second.compiles >= 1
     assert not check.readable
-    assert "cannot deserialize" in check.verdict and "compiled again" in check.verdict
+    assert "cannot read" in check.verdict and "compiled again" in check.verdict
+    assert str(check.folder) not in check.verdict  # no local path on the page
     assert "could not be read back" in second.note  # the run's own summary says it too
 
 

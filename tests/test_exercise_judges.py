@@ -3,6 +3,8 @@ against a value worked out here by hand."""
 
 from __future__ import annotations
 
+import pytest
+
 from tpu_workbench.exercises import hlo_explorer
 
 
@@ -50,3 +52,45 @@ def test_quickstart_fsdp_share_by_hand():
     assert "whole weight" in quickstart.judge(262.1, kb, 262.144, "fsdp", 8)[1]
     assert "1,000" in quickstart.judge(32.0, kb, 262.144, "fsdp", 8)[1]
     assert quickstart.judge(None, kb, 262.144, "fsdp", 8)[0] == "warn"
+
+
+def test_plan_a_run_state_per_chip_by_hand():
+    from tpu_workbench.exercises import plan_a_run
+
+    # 2.7e9 parameters x 16 bytes = 43.2 GB; fsdp over 8 chips: 5.4 GB each
+    assert plan_a_run.state_gb(2.7e9, "fsdp", "v6e-8") == pytest.approx(5.4)
+    kind, text = plan_a_run.judge(5.4, 2.7e9)
+    assert kind == "success" and "43.2 GB" in text and "over" in text
+    assert "whole state" in plan_a_run.judge(43.2, 2.7e9)[1]
+    assert "16 bytes" in plan_a_run.judge(1.35, 2.7e9)[1]
+    assert plan_a_run.judge(None, 2.7e9)[0] == "warn"
+
+
+def test_scale_out_processes_by_hand():
+    from tpu_workbench.exercises import scale_out
+
+    # a v6e-32 is 8 hosts of 4 chips (Cloud TPU's slice table)
+    assert scale_out.processes("v6e-32", "torch_xla") == 8
+    assert scale_out.processes("v6e-32", "torch_tpu") == 32
+    assert scale_out.judge("8, 32", "v6e-32")[0] == "success"
+    assert "swapped" in scale_out.judge("32 8", "v6e-32")[1]
+    assert "per **host**" in scale_out.judge("32, 32", "v6e-32")[1]
+    assert "two whole numbers" in scale_out.judge("eight", "v6e-32")[1]
+
+
+def test_sharding_batch_question():
+    from tpu_workbench.exercises import sharding
+
+    assert sharding.judge("layernorm")[0] == "success"
+    assert "parameter" in sharding.judge("both")[1]
+    assert "B x T" in sharding.judge("neither")[1]
+    assert sharding.judge(None)[0] == "warn" and sharding.judge("x")[0] == "warn"
+
+
+def test_eager_vs_compiled_last_batch():
+    from tpu_workbench.exercises import eager_vs_compiled as ex
+
+    assert ex.judge("2")[0] == "success" and ex.judge(" 2 ")[0] == "success"
+    assert "shape" in ex.judge("1")[1]
+    assert "second epoch" in ex.judge("6")[1] and "second epoch" in ex.judge("3")[1]
+    assert "whole number" in ex.judge("two")[1] and ex.judge(None)[0] == "warn"

@@ -132,3 +132,14 @@ def test_inductor_runs_under_another_hosts_cpu_kernels(tmp_path, monkeypatch):
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     other = wb.run(spec)
     np.testing.assert_allclose(other.steps["loss"], here.steps["loss"], rtol=1e-4)
+
+
+def test_steady_compiles_says_where_they_happened():
+    import pandas as pd
+
+    from tpu_workbench.timing import steady_compiles
+
+    steps = pd.DataFrame({"mode": ["lazy"] * 3 + ["dynamo"] * 3, "step": [0, 1, 2] * 2,
+                          "compiles": [1, 0, 0, 4, 2, 0]})
+    assert steady_compiles(steps) == {"dynamo": {1: 2}}
+    assert steady_compiles(steps.iloc[:0]) == {}

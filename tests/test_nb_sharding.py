@@ -54,7 +54,7 @@ def _workers(graph) -> set[str]:
 def test_sharding_sections_depend_only_on_their_controls():
     g = _graph("sharding")
     picked_run, every = _defining(g, "result"), _defining(g, "strategy_runs")
-    assert _workers(g) == {picked_run, every, _defining(g, "gang_result")}
+    assert _workers(g) == {picked_run, every}
     # A new strategy re-runs the picked run (and what is drawn from it), not the side by side.
     assert {picked_run, _defining(g, "collectives"), _defining(g, "memory")} <= _reruns(g, "pick")
     assert every not in _reruns(g, "pick")
@@ -69,18 +69,19 @@ def test_sharding_exercise_starts_no_worker():
     g = _graph("sharding")
     assert _reruns(g, "answer") and not _reruns(g, "answer") & _workers(g)
     assert not _reruns(g, "tensor") & _workers(g)  # picking a tensor to draw is free too
+    assert not _reruns(g, "grid") & _workers(g)  # and clicking a device of the grid
 
 
 def test_hlo_explorer_sections_depend_only_on_their_controls():
     g = _graph("hlo_explorer")
-    captured, diff = _defining(g, "result"), _defining(g, "module_diff")
-    assert _workers(g) == {captured, diff}
-    assert captured in _reruns(g, "mode_form") and diff not in _reruns(g, "mode_form")
-    assert {captured, diff} <= _reruns(g, "model_form")
-    assert diff in _reruns(g, "again") and captured not in _reruns(g, "again")
-    assert captured in _reruns(g, "remeasure") and diff not in _reruns(g, "remeasure")
-    for cheap in ("answer", "target", "pattern"):
-        assert _reruns(g, cheap) and not _reruns(g, cheap) & _workers(g), cheap
+    captured, diff = _defining(g, "step"), _defining(g, "module_diff")
+    assert {cid for cid, c in g.cells.items() if "SECTIONS." in c.code} == {captured, diff}
+    assert captured in _reruns(g, "mode") and diff not in _reruns(g, "mode")
+    assert {captured, diff} <= _reruns(g, "model")
+    assert diff in _reruns(g, "run_diff") and captured not in _reruns(g, "run_diff")
+    assert captured in _reruns(g, "run_capture") and diff not in _reruns(g, "run_capture")
+    for cheap in ("answer", "target", "pattern", "kernel_chart", "kernel_table"):
+        assert _reruns(g, cheap) and not _reruns(g, cheap) & {captured, diff}, cheap
 
 
 def test_charts_read_right():
@@ -100,7 +101,7 @@ def test_charts_read_right():
     assert flop_unit(3.2e9) == ("GFLOP", 1e9) and flop_unit(4.5e6) == ("MFLOP", 1e6)
     cost = pd.DataFrame({"name": ["a", "b"], "opcode": ["dot", "fusion"],
                          "flops": [2.0e9, 3.0e6], "bytes": [1e6, 1e6]})
-    size = charts.roofline(cost, 1e12, 1e11).to_dict()["layer"][1]["encoding"]["size"]
+    size = charts.roofline(cost, 1e12, 1e11).to_dict()["layer"][2]["encoding"]["size"]
     assert size["title"] == "GFLOP per op" and size["field"] == "flop_amount"
 
 

@@ -68,6 +68,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "compile_events": ("timing", "compile_events"),
     "fallbacks": ("timing", "fallbacks"),
     "startup_breakdown": ("timing", "startup_breakdown"),
+    "steady_compiles": ("timing", "steady_compiles"),
     # generation
     "GenerationSpec": ("generation.spec", "GenerationSpec"),
     "generate": ("generation.runs", "generate"),

@@ -519,3 +519,51 @@ def where_am_i(backend: dict) -> str:
             f"{v6e.peak_flops / peak:,.0f}x. The comparison is fair for a model trained in "
             "fp32 through torch_xla: at its default matmul precision an fp32 matmul runs on "
             "the TPU's matrix units as one bf16 pass.")
+
+
+def prediction_table(predicted):
+    """:func:`tpu_workbench.predict`'s frame as a reader's table: every figure predicted from
+    libtpu's compile (not measured), the compiler's memory beside the analytic estimate."""
+    import pandas as pd
+
+    def fmt_range(lo, hi) -> str:
+        return f"{lo:,.0f} - {hi:,.0f}" if lo == lo else "-"
+
+    return pd.DataFrame({
+        "slice": predicted["slice"], "strategy": predicted["strategy"],
+        "fits (compiler)": predicted["fits"],
+        "HBM per chip, compiler (GB)": predicted["compiler_memory_gb"].round(1),
+        "HBM per chip, estimate (GB)": predicted["estimated_memory_gb"].round(1),
+        "predicted step (ms)": predicted["predicted_step_ms"].round(1),
+        "range (ms)": [fmt_range(a, b) for a, b in zip(
+            predicted["predicted_step_min_ms"], predicted["predicted_step_max_ms"],
+            strict=True)],
+        "predicted MFU": predicted["predicted_mfu"].map(
+            lambda m: f"{m:.0%}" if m == m else "-"),
+        "bottleneck": predicted["bottleneck"].fillna("-"),
+        "collectives (as compiled)": predicted["collectives"].fillna("-"),
+        "why not": predicted["reason"].fillna(""),
+    })
+
+
+def run_failures_of_sweep(swept):
+    """A danger callout listing why no run of a sweep finished, or None when some did."""
+    import marimo as mo
+
+    if not swept.summary.empty:
+        return None
+    return mo.callout(mo.md("No run of the sweep finished:\n\n" + "\n".join(
+        f"- {e}" for e in swept.errors.values())), kind="danger")
+
+
+def slice_collectives_view(collectives):
+    """:func:`tpu_workbench.step_collectives`' frame as a table: which collective, along which
+    mesh axis (and torus axes), how many per step, MB each and estimated ms per step."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "collective": collectives["collective"], "kind": collectives["kind"],
+        "axis (chips)": collectives["axis"] + " (" + collectives["physical_axes"] + ")",
+        "per step": collectives["count"], "MB each": (collectives["bytes"] / 1e6).round(1),
+        "est. ms per step": (collectives["total_us"] / 1e3).round(2),
+    })

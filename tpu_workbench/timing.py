@@ -284,3 +284,14 @@ def startup_breakdown(results: list) -> pd.DataFrame:
                      "other_steps": sum(ms[1:]) / 1e3})
     return pd.DataFrame(rows, columns=["mode", "reused", "spawn", "imports", "build",
                                        "first_step", "other_steps"])
+
+
+def steady_compiles(steps: pd.DataFrame) -> dict[str, dict[int, int]]:
+    """Compilations after step 0, per mode and step: ``{"dynamo": {1: 2}}`` says dynamo
+    compiled two programs at step 1 and none later. A one-off is a mode settling; one that
+    repeats every step is a recompilation bug. Columns ``mode``, ``step``, ``compiles``."""
+    if steps.empty or "compiles" not in steps:
+        return {}
+    later = steps[(steps["step"] > 0) & (steps["compiles"] > 0)]
+    return {str(mode): {int(s): int(c) for s, c in zip(g["step"], g["compiles"], strict=True)}
+            for mode, g in later.groupby("mode", sort=False)}

@@ -134,7 +134,8 @@ def parse_replica_groups(text: str) -> list[list[int]]:
 
 def collectives(source: Any) -> pd.DataFrame:
     """One row per collective: kind, name, opcode, bytes, dtype, shape, replica_groups (list of
-    lists), group_size, num_groups, groups_text, computation, module, source_op.
+    lists), group_size, num_groups, groups_text, computation, module, source_op, source_file,
+    source_line (the aten op and Python line behind it, where the HLO has metadata).
 
     Async pairs count once (the ``-start``; ``-done`` rows are dropped). ``bytes`` is the size of
     the collective's result (for an async start's tuple, its largest element). An empty
@@ -165,9 +166,11 @@ def collectives(source: Any) -> pd.DataFrame:
                      "dtype": r.dtype, "shape": r.shape, "replica_groups": groups,
                      "group_size": size, "num_groups": n, "groups_text": r.replica_groups,
                      "computation": r.computation, "module": r.module,
-                     "source_op": r.source_op})
+                     "source_op": r.source_op, "source_file": r.source_file,
+                     "source_line": r.source_line})
     cols = ["kind", "name", "opcode", "bytes", "dtype", "shape", "replica_groups", "group_size",
-            "num_groups", "groups_text", "computation", "module", "source_op"]
+            "num_groups", "groups_text", "computation", "module", "source_op", "source_file",
+            "source_line"]
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -85,7 +85,9 @@ def cache_study(spec: ExperimentSpec, *, new_shape: dict[str, Any] | None = None
 
     `new_shape` are the spec fields of the third run (default: the batch size doubled). The
     three runs share one runtime configuration with torch_xla's compile explanations on, so the
-    miss comes with its cause. ``saved_ms`` is the cold run's first step minus this run's.
+    miss comes with its cause. ``saved_ms`` is the cold run's first step minus this run's, for
+    a run that compiled nothing (NaN for one that compiled: it paid its own compile, and with a
+    new shape more work besides, so a "saving" there would be no cache's doing).
     """
     from .. import models
 
@@ -113,7 +115,8 @@ def cache_study(spec: ExperimentSpec, *, new_shape: dict[str, Any] | None = None
         pool.shutdown()
     rows = pd.DataFrame([run_row(s, r) for s, r in zip(SCENARIOS, results, strict=True)],
                         columns=COLUMNS)
-    rows["saved_ms"] = rows["first_step_ms"].iloc[0] - rows["first_step_ms"]
+    rows["saved_ms"] = (rows["first_step_ms"].iloc[0] - rows["first_step_ms"]).where(
+        rows["compiles"] == 0)
     from ..timing import compile_events
 
     compiles = compile_events(results)
@@ -153,14 +156,14 @@ def persistent_cache_check(spec: ExperimentSpec, *, fresh: bool = True,
     first_ms, second_ms = rows[0]["first_step_ms"], second["first_step_ms"]
     if readable:
         verdict = (f"The second process loaded {second['persistent_hits']:g} executable(s) from "
-                   f"{folder}: first step {second_ms:,.0f} ms against {first_ms:,.0f} ms.")
+                   f"the cache folder: first step {second_ms:,.0f} ms against {first_ms:,.0f} ms.")
     elif second["deserialize_failures"]:
-        verdict = (f"Not reusable here. The first process wrote {rows[0]['files']} file(s) "
-                   f"({rows[0]['bytes'] / 1e6:.1f} MB) to {folder}; the second found its graphs "
-                   f"there but could not load them ({second['deserialize_failures']:g} "
-                   "PersistentCacheDeserializeFailure): PJRT on XLA:CPU cannot deserialize "
-                   f"executables, so it compiled again (first step {second_ms:,.0f} ms against "
-                   f"{first_ms:,.0f} ms). On a TPU the same option skips those compilations.")
+        verdict = (f"Not reusable on XLA:CPU. The first process wrote {rows[0]['files']} "
+                   f"file(s) ({rows[0]['bytes'] / 1e6:.1f} MB) to the cache folder; the second "
+                   f"found its programs there but could not load them "
+                   f"({second['deserialize_failures']:g} failed), because XLA:CPU cannot read "
+                   "a compiled program back from disk, so it compiled again. On a TPU the same "
+                   "option loads them and skips those compilations.")
     else:
         verdict = (f"The second process did not use the cache: {second['persistent_misses']:g} "
                    f"miss(es), {second['compiles']:g} compilation(s). {second['note']}")

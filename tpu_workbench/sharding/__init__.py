@@ -82,6 +82,7 @@ from __future__ import annotations
 
 from .collectives import (
     COLLECTIVE_COLUMNS,
+    collectives_by_source,
     collectives_frame,
 )
 from .fit import (
@@ -161,7 +162,7 @@ __all__ = [
     "logits_bytes",
     "model_fit_table",
     "parameter_shards",
-    "largest_split_tensor", "device_holdings",
+    "largest_split_tensor", "device_holdings", "collectives_by_source",
     "tensors_by_size",
     "AXES_1D",
     "AXES_2D",

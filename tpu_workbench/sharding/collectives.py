@@ -18,7 +18,7 @@ from .mesh import group_axis
 
 COLLECTIVE_COLUMNS = ["kind", "name", "shape", "bytes", "buffer_bytes", "replica_groups",
                       "groups_text", "group_size", "num_groups", "axis", "physical_axes",
-                      "estimated_us", "computation", "source_op"]
+                      "estimated_us", "computation", "source_op", "source"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -45,7 +45,8 @@ def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = Non
     axis the groups run along: ``data``, ``model``, ``all`` (every device), ``other`` (e.g.
     the pairs of a collective-permute)), ``physical_axes`` (the torus axes of the slice they
     run along, ``"2x4"``; ``irregular``: no sub-grid), ``estimated_us``, ``computation``,
-    ``source_op``.
+    ``source_op`` and ``source`` (``aten__native_batch_norm @ functional.py:2901``: the op and
+    the line of Python that made the collective's operand, from the HLO metadata).
 
     ``estimated_us`` is :func:`~tpu_workbench.sharding.ici.collective_time_us` of
     ``buffer_bytes`` on a slice of `chip` with `topology` (default: the slice with the mesh's
@@ -82,4 +83,21 @@ def collectives_frame(result: Any, chip: str = "v6e", hlo_text: str | None = Non
         collective_time_us(k, b, g, topology, chip) if s == s and s is not None
         else float("nan")
         for k, b, s, g in zip(frame["kind"], frame["buffer_bytes"], n, first, strict=True)]
+    frame["source"] = [
+        " @ ".join(p for p in (op, f"{Path(f).name}:{line}" if f else "") if p)
+        for op, f, line in zip(frame["source_op"], frame["source_file"], frame["source_line"],
+                               strict=True)]
     return frame[COLLECTIVE_COLUMNS].reset_index(drop=True)
+
+
+def collectives_by_source(frame: pd.DataFrame) -> pd.DataFrame:
+    """:func:`collectives_frame` summed per kind, mesh axis and the op that made them
+    (``source``): count and MB per device, largest first. Which line of the model a strategy's
+    collectives come from, so that an all-gather nobody asked for is traced to its cause."""
+    if frame.empty:
+        return frame.assign(count=[], mb=[])[["kind", "axis", "source", "count", "mb"]]
+    out = (frame.assign(source=frame["source"].replace("", "(no metadata)"))
+           .groupby(["kind", "axis", "source"], as_index=False)
+           .agg(count=("name", "size"), mb=("bytes", "sum")))
+    out["mb"] = out["mb"] / 1e6
+    return out.sort_values("mb", ascending=False, ignore_index=True)

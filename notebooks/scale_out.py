@@ -1,0 +1,316 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Scale out: many runs, many processes, many hosts")
+
+with app.setup:
+    import marimo as mo
+
+    import tpu_workbench as wb
+    from tpu_workbench import notebook as nb
+    from tpu_workbench import sharding
+    from tpu_workbench.exercises import scale_out as exercise
+
+    SMOKE = wb.smoke_mode()
+    HF = not SMOKE
+    SECTIONS = nb.Sections()
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    # Scale out: many runs, many processes, many hosts
+
+    Three ways past one process on one host, each for real where this machine allows it:
+
+    1. **Many independent runs** (a sweep), on this host's worker pool or on a Ray cluster.
+    2. **One run over many processes**: DTensor training, one process per device under
+       `torchrun`, as TorchTPU runs on a TPU host (gloo on the CPU here, `tpu_dist` on chips).
+    3. **One run over many hosts**: a v6e-16 or v6e-32 slice, where every host must start
+       the same program. That needs the slice, so here it is planned, not run: memory per
+       chip, the collectives of a step, and the exact commands to copy.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## A batch-size sweep, here or on a Ray cluster
+
+    How does the steady step time grow with the batch? One run per batch size, each in a
+    workbench worker of its own. The **local** engine runs them one after another on this
+    host's pool; **ray** makes each run a Ray task (an embedded local Ray here, a cluster with
+    `tpu-workbench sweep --engine ray --address HOST:6379`): Ray places the worker on a node,
+    streams its records back while it trains, and runs it again elsewhere if its node dies.
+    Either engine times one run per host at a time, so runs never contend for the cores.
+    """)
+    return
+
+
+@app.cell
+def _():
+    sweep_form = mo.md("{model} {engine} {mode} {batch_sizes}").batch(
+        model=mo.ui.dropdown(wb.model_names(), value="mingpt", label="model"),
+        engine=mo.ui.dropdown(["local", "ray"], value="local", label="engine"),
+        mode=mo.ui.dropdown(wb.available_modes(), value="torch_eager", label="mode"),
+        batch_sizes=mo.ui.multiselect(["4", "8", "16", "32", "64", "128"],
+                                      value=["8", "16", "32"], label="batch sizes"),
+    ).form(submit_button_label="sweep", bordered=False)
+    sweep_form
+    return (sweep_form,)
+
+
+@app.cell
+def _(sweep_form):
+    # A sweep is several cold workers: it runs only when the form is submitted (and in smoke).
+    _chosen = sweep_form.value or ({"model": "mlp", "engine": "local", "mode": "torch_eager",
+                                    "batch_sizes": ["8", "16"]} if SMOKE else None)
+    swept = None
+    if _chosen is None:
+        mo.output.replace(mo.callout(mo.md(
+            "Pick a model, an engine and the batch sizes, then press **sweep** (one cold "
+            "worker per batch size: about 10 s each for minGPT here)."), kind="info"))
+    elif not _chosen["batch_sizes"]:
+        mo.output.replace(mo.callout(mo.md("Pick at least one batch size."), kind="info"))
+    else:
+        _base = wb.ExperimentSpec(model="mlp" if SMOKE else _chosen["model"], preset="tiny",
+                                  mode=_chosen["mode"], steps=3 if SMOKE else 10)
+        _specs = wb.grid(_base, {"batch_size": sorted(int(b) for b in _chosen["batch_sizes"])})
+        _live = wb.LiveSteps(_specs,
+                             show=lambda f: mo.output.replace(wb.charts.step_times(f)))
+        with mo.status.spinner(title=f"sweep of {len(_specs)} runs ({_chosen['engine']})"):
+            swept = wb.sweep(_specs, engine=_chosen["engine"], on_record=_live)
+        mo.output.replace(nb.run_failures_of_sweep(swept) or
+                          wb.charts.sweep_times(swept.summary, "batch_size"))
+    return (swept,)
+
+
+@app.cell
+def _(swept):
+    mo.stop(swept is None)
+    nb.table(swept.runs[["batch_size", "state", "host", "node", "attempts", "run_id"]],
+             label="one row per run: where it ran (measured on this machine)")
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Many processes: DTensor training
+
+    TorchTPU has no single SPMD controller: it runs one process per chip, launched by
+    `torchrun`, and shards with DTensor. The same path runs here over gloo on the CPU: the
+    form below trains minGPT tiny as a gang of processes, each a rank holding its part
+    (FSDP2's `fully_shard` for fsdp, `parallelize_module` column/row plans for tp, the same
+    on a 2-D mesh with the gradients averaged over the data axis for dp_tp, DDP for dp). The
+    losses must equal one process's; the collectives are what `CommDebugMode` counted in one
+    step on rank 0 (bytes counted; their times estimated with the ICI model of a v6e slice).
+    """)
+    return
+
+
+@app.cell
+def _():
+    gang_form = mo.md("{strategy} {processes}").batch(
+        strategy=mo.ui.dropdown(list(sharding.STRATEGIES), value="fsdp", label="strategy"),
+        processes=mo.ui.dropdown(["2", "4"], value="4", label="processes"),
+    ).form(submit_button_label="run", label="**Many processes** (a gang under torchrun)")
+    gang_form
+    return (gang_form,)
+
+
+@app.cell
+def _(gang_form):
+    gang_result = gang_one = None
+    if gang_form.value is None:
+        mo.output.replace(mo.callout(mo.md(
+            "Press **run** to train over several processes (about 20-40 s here)."),
+            kind="info"))
+    else:
+        _strategy = gang_form.value["strategy"]
+        try:
+            _spec = wb.ExperimentSpec(
+                model="mingpt", preset="tiny", mode="torch_eager", steps=4,
+                mesh=wb.gang.mesh_for(_strategy, int(gang_form.value["processes"])),
+                strategy=_strategy)
+            with mo.status.spinner(title=f"{_strategy} over a gang of processes"):
+                gang_result = wb.run(_spec)
+                gang_one = wb.run(_spec.replace(mesh=None, strategy=None),
+                                  reuse=nb.reuse_ok())
+            mo.output.replace(mo.md(
+                f"Trained on mesh {sharding.mesh_text(gang_result.spec.mesh)}: "
+                f"{gang_result.runtime['processes']} processes, "
+                f"{gang_result.runtime['dist_backend']}, launched by torchrun."))
+        except wb.WorkbenchError as _exc:
+            mo.output.replace(nb.failed_run_callout("gang", _exc))
+    return gang_one, gang_result
+
+
+@app.cell
+def _(gang_one, gang_result):
+    mo.stop(gang_result is None)
+    mo.vstack([
+        nb.table(nb.rounded(wb.gang.loss_comparison(gang_result, gang_one), significant=7),
+                 label="loss per step: the gang vs one process"),
+        nb.table(wb.gang.rank_frame(gang_result).pivot(index="step", columns="rank",
+                                                    values="wall_ms").add_prefix("rank ")
+                 .reset_index(),
+                 label="step time of every rank (ms, this machine): a straggler shows as "
+                       "one slow column"),
+    ])
+    return
+
+
+@app.cell
+def _(gang_result):
+    mo.stop(gang_result is None)
+    _per_call = wb.gang.collectives_frame(gang_result, per_call=True)
+    (mo.vstack([
+        wb.charts.collective_bytes(_per_call).properties(
+            title="collectives CommDebugMode counted in one step"),
+        nb.table(wb.gang.collectives_frame(gang_result)[
+            ["kind", "phase", "module", "axis", "group_size", "count", "bytes",
+             "estimated_us"]], page_size=8,
+            label="collectives of one step (rank 0), per call; estimated_us: v6e ICI model"),
+    ]) if len(_per_call) else mo.md("_No collectives: nothing is split._"))
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Many hosts: a v6e-16 or v6e-32
+
+    A v6e-8 is one host with 8 chips, the largest single host. A larger slice is built of
+    4-chip hosts: a v6e-16 is 4 hosts of 4 chips (4x4), a v6e-32 8 hosts of 4 (4x8).
+    torch_xla runs one SPMD process per host over a mesh of all the slice's chips; TorchTPU
+    runs `torchrun` on every host, one process per chip. Either way every host must start, or
+    the others wait forever. Pick a model, a slice, a runtime and a launcher: memory per chip
+    and the collectives of a step are **estimated** (the model's shapes, the slice table and
+    the ICI model), and the commands are the ones to copy. Nothing here runs or compiles
+    (*Plan a run* compiles a step for a slice with libtpu).
+    """)
+    return
+
+
+@app.cell
+def _():
+    _slices = wb.slice_table()
+    slice_controls = mo.md(
+        "{model} {preset} {batch} {seq_len}\n\n{slice} {strategy} {runtime} {via}\n\n"
+        "{zone} {cluster}").batch(
+        model=mo.ui.dropdown(wb.model_names(), value="hf:llama" if HF else "mingpt",
+                             label="model"),
+        preset=mo.ui.text(value="llama-3-8b" if HF else "gpt-mini", label="preset"),
+        batch=mo.ui.number(start=1, stop=65536, value=32, label="global batch"),
+        seq_len=mo.ui.number(start=2, stop=131072, step=2, value=2048 if HF else 64,
+                             label="sequence length"),
+        slice=mo.ui.dropdown(list(_slices[_slices["hosts"] > 1]["slice"]), value="v6e-16",
+                             label="slice"),
+        strategy=mo.ui.dropdown(list(sharding.STRATEGIES), value="fsdp", label="strategy"),
+        runtime=mo.ui.dropdown(list(wb.launch_runtimes), value="torch_xla", label="runtime"),
+        via=mo.ui.dropdown(list(wb.launch_vias), value="gcloud", label="launcher"),
+        zone=mo.ui.text(value="", label="zone (gcloud, xpk; empty: gcloud's default)"),
+        cluster=mo.ui.text(value="my-cluster", label="GKE cluster (xpk)"),
+    )
+    slice_controls
+    return (slice_controls,)
+
+
+@app.cell
+def _(slice_controls):
+    _c = slice_controls.value
+    slice_model = (_c["model"], _c["preset"].strip())
+    slice_fit = slice_collectives = slice_launch = None
+    try:
+        slice_fit = wb.fit_check(*slice_model, slices=[_c["slice"]],
+                                 strategies=list(sharding.STRATEGIES),
+                                 seq_len=int(_c["seq_len"]), batch_size=int(_c["batch"]),
+                                 recompute=HF)
+        slice_collectives = wb.model_step_collectives(
+            *slice_model, _c["slice"], _c["strategy"], int(_c["batch"]), int(_c["seq_len"]))
+        slice_launch = wb.launch_plan(
+            _c["slice"], _c["runtime"], _c["via"], model=slice_model[0],
+            preset=slice_model[1], batch_size=int(_c["batch"]), strategy=_c["strategy"],
+            zone=_c["zone"].strip() or None, cluster=_c["cluster"].strip() or None)
+        _row = slice_fit[slice_fit["strategy"] == _c["strategy"]].iloc[0]
+        mo.output.replace(mo.vstack([
+            mo.md(f"### Memory per chip on {_c['slice']}\n\n{slice_model[0]} "
+                  f"{slice_model[1]}: **{_c['strategy']}** "
+                  f"{'fits' if _row['fits'] else 'does not fit'}. {_row['reason']}. "
+                  f"_Estimated ({sharding.CONVENTION}), not compiled._"),
+            wb.charts.fit_bars(slice_fit),
+        ]))
+    except wb.WorkbenchError as _exc:
+        slice_launch = None
+        mo.output.replace(mo.callout(mo.md(f"**No plan.** {_exc}"), kind="danger"))
+    return slice_collectives, slice_launch
+
+
+@app.cell
+def _(slice_collectives, slice_controls, slice_launch):
+    mo.stop(slice_launch is None)
+    _total_us = float(slice_collectives["total_us"].sum())
+    mo.vstack([
+        mo.md(f"### Collectives per step\n\nAbout **{nb.format_us(_total_us)}** of ICI time "
+              "per step if none overlapped with compute. _Estimated from the strategy's rule "
+              "(dp all-reduces the gradients, fsdp all-gathers the parameters twice and "
+              "reduce-scatters the gradients, tp all-reduces each layer's activations four "
+              "times a step), not read from a compiled program. "
+              f"{sharding.ici_assumptions(wb.get_slice(slice_controls.value['slice']).chip)}_"),
+        nb.table(nb.slice_collectives_view(slice_collectives),
+                 label=f"collectives of one {slice_controls.value['strategy']} step"),
+    ])
+    return
+
+
+@app.cell
+def _(slice_launch):
+    mo.stop(slice_launch is None)
+    mo.vstack([
+        mo.md(f"""
+        ### The launch plan to copy
+
+        {slice_launch.hosts} hosts x {slice_launch.chips_per_host} chips, mesh
+        {sharding.mesh_text(slice_launch.mesh)} over all {slice_launch.chips} chips. Run the
+        last line(s) from your machine (`tpu-workbench launch ... --execute` does it where the
+        launcher and its credentials exist); the `# every host` lines say what each runs.
+        """),
+        nb.code_block(slice_launch.text(), max_height_px=400),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Workshop exercise
+
+    A v6e-32 is 8 hosts of 4 chips. You train with **torch_xla** (one SPMD process per host)
+    and, to compare, with **TorchTPU** (`torchrun`, one process per chip). **How many Python
+    processes run the training step across the slice in each case?** Answer as two numbers,
+    torch_xla first, e.g. `2, 16`.
+    """)
+    return
+
+
+@app.cell
+def _():
+    answer = mo.ui.text(label="processes (torch_xla, TorchTPU)", placeholder="e.g. 2, 16").form(
+        submit_button_label="check", bordered=False)
+    answer
+    return (answer,)
+
+
+@app.cell(hide_code=True)
+def _(answer):
+    # Judged by tpu_workbench/exercises/scale_out.py from the launch plans of the slice.
+    _kind, _text = (("neutral", "_Enter two numbers and press **check**._")
+                    if answer.value is None else exercise.judge(answer.value, "v6e-32"))
+    mo.callout(mo.md(_text), kind=_kind)
+    return
+
+
+if __name__ == "__main__":
+    app.run()
