@@ -53,3 +53,12 @@ def test_smoke_and_fresh_runs_never_reuse(shown, monkeypatch):
     monkeypatch.delenv(notebook.FRESH_ENV)
     monkeypatch.setenv(notebook.SMOKE_ENV, "1")
     assert notebook.Sections().reuse("a", False, lambda: True) is False
+
+
+def test_tables_wrap_long_text_and_drop_a_filtered_index():
+    import pandas as pd
+
+    frame = pd.DataFrame({"n": [1, 2, 3], "why": ["short", "x" * 80, "y"]}).iloc[[2, 1]]
+    table = notebook.table(frame)
+    assert table._component_args["wrapped-columns"] == ["why"]  # read whole, not cut at "..."
+    assert table.data.index.equals(pd.RangeIndex(2))  # no "Index0" column of the old rows

@@ -185,8 +185,9 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.5, chart=None,
             shown[0] = done
             runs = frame["run_id"].nunique() if "run_id" in frame else 0
             ended = runs > drawn["runs"]  # a new run began: the last one ended
-            # (the chart of all of them is drawn once they are done, below)
-            due = ended or time.monotonic() - drawn["at"] >= chart_every_s
+            # (the chart of all of them is drawn once they are done, below); the first records
+            # are drawn at once, so a reader sees a chart as soon as there is one
+            due = ended or not drawn["runs"] or time.monotonic() - drawn["at"] >= chart_every_s
             if len(frame) and done < total and due:
                 mo.output.replace(with_chip_metrics(chart(frame), chip))
                 drawn.update(at=time.monotonic(), runs=runs)
@@ -336,7 +337,8 @@ def table(frame, **kwargs):
     if shown.index.name is None and not isinstance(shown.index, pd.RangeIndex):
         shown = shown.reset_index(drop=True)  # a filtered frame's index is no column to show
     # Text columns wrap instead of ending in "...": an HLO line or a reason is read whole.
-    long_text = [c for c in shown.columns if shown[c].dtype == object
+    long_text = [c for c in shown.columns
+                 if (shown[c].dtype == object or pd.api.types.is_string_dtype(shown[c]))
                  and shown[c].map(lambda v: isinstance(v, str) and len(v) > 40).any()]
     kwargs.setdefault("wrapped_columns", [str(c) for c in long_text])
     return mo.ui.table(shown, **kwargs)
