@@ -334,7 +334,7 @@ def table(frame, **kwargs):
 
     kwargs.setdefault("selection", None)
     shown = rounded(frame)
-    if shown.index.name is None and not isinstance(shown.index, pd.RangeIndex):
+    if shown.index.name is None and not shown.index.equals(pd.RangeIndex(len(shown))):
         shown = shown.reset_index(drop=True)  # a filtered frame's index is no column to show
     # Text columns wrap instead of ending in "...": an HLO line or a reason is read whole.
     long_text = [c for c in shown.columns
