@@ -102,14 +102,12 @@ def _(plan):
 @app.cell
 def _(fit_plan, plan, plan_kwargs, plan_model):
     predicted = None
-    if fit_plan is None:
-        pass
-    elif plan.value is None:
+    if fit_plan is not None and plan.value is None:
         mo.output.replace(mo.callout(mo.md(
             "**Compiled for each slice by libtpu** once you press **predict** above (nothing "
             "is compiled before that; a slice compiled before is read from the cache)."),
             kind="info"))
-    else:
+    elif fit_plan is not None:
         try:
             with mo.status.spinner(title="libtpu compiles the step for each slice") as _spin:
                 predicted = wb.predict(*plan_model[:2], **plan_kwargs, attention=plan_model[2],
