@@ -287,10 +287,10 @@ def _():
     mo.md(r"""
     ## Workshop exercise
 
-    A v6e-32 is 8 hosts of 4 chips. You train with **torch_xla** (one SPMD process per host)
-    and, to compare, with **TorchTPU** (`torchrun`, one process per chip). **How many Python
-    processes run the training step across the slice in each case?** Answer as two numbers,
-    torch_xla first, e.g. `2, 16`.
+    A **v5p-64** slice (v5p slices are named by TensorCores, two per chip: look it up in the
+    slice table, `wb.slice_table()`, or reason from the name). You train on it once with
+    **torch_xla** and once with **TorchTPU**. **How many Python processes run the training
+    step across the slice in each case?** Answer as two numbers, torch_xla first, e.g. `2, 16`.
     """)
     return
 
@@ -307,7 +307,7 @@ def _():
 def _(answer):
     # Judged by tpu_workbench/exercises/scale_out.py from the launch plans of the slice.
     _kind, _text = (("neutral", "_Enter two numbers and press **check**._")
-                    if answer.value is None else exercise.judge(answer.value, "v6e-32"))
+                    if answer.value is None else exercise.judge(answer.value, "v5p-64"))
     mo.callout(mo.md(_text), kind=_kind)
     return
 

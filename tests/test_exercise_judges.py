@@ -73,6 +73,9 @@ def test_scale_out_processes_by_hand():
     assert scale_out.processes("v6e-32", "torch_xla") == 8
     assert scale_out.processes("v6e-32", "torch_tpu") == 32
     assert scale_out.judge("8, 32", "v6e-32")[0] == "success"
+    # v5p-64: 64 TensorCores, 32 chips on 8 hosts of 4 (the slice table)
+    assert scale_out.processes("v5p-64", "torch_xla") == 8
+    assert scale_out.processes("v5p-64", "torch_tpu") == 32
     assert "swapped" in scale_out.judge("32 8", "v6e-32")[1]
     assert "per **host**" in scale_out.judge("32, 32", "v6e-32")[1]
     assert "two whole numbers" in scale_out.judge("eight", "v6e-32")[1]
