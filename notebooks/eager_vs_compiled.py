@@ -248,21 +248,20 @@ def _(cache):
     return
 
 
-app._unparsable_cell(
-    """
-    mo.md(f\"\"\"
+@app.cell(hide_code=True)
+def _(backend_is_tpu):
+    _here = "" if backend_is_tpu else (
+        "**On XLA:CPU it cannot work**: the CPU writes the files but cannot read a compiled "
+        "program back, so the second process compiles again. The check below shows that; on "
+        "a TPU VM it shows the saving.")
+    mo.md(f"""
     ### Across processes: the persistent cache
 
     The in-process cache dies with the worker. `torch_xla.runtime.initialize_cache(folder)`
     (the runner's `persistent_cache=True`) also writes every executable to disk, for the next
-    process to load instead of compiling. {\"\\\" if backend_is_tpu else
-    \"**On XLA:CPU it cannot work**: the CPU writes the files but cannot read a compiled \"
-    \"program back, so the second process compiles again. The check below shows that, and \"
-    \"on a TPU VM it shows the saving.\"}
-    \"\"\")
-    """,
-    column=None, disabled=False, hide_code=True, expand_output=False, name="_"
-)
+    process to load instead of compiling. {_here}
+    """)
+    return
 
 
 @app.cell

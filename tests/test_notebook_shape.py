@@ -35,3 +35,10 @@ def test_exercise_judges_live_in_the_library(path):
     assert not re.search(r"@app\.function[^\n]*\ndef (judge|\w*verdict)", text), (
         "an exercise's judge is in the notebook, where the reader sees the answer: move it to "
         "tpu_workbench/exercises/")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_cell_parses_on_this_python(path):
+    """marimo keeps a cell this Python cannot parse as an "unparsable cell" that never runs
+    (and no export reports it): a 3.12-only f-string, say."""
+    assert "_unparsable_cell(" not in path.read_text()
