@@ -68,8 +68,9 @@ def test_quickstart_in_marimo_edit(tmp_path):
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url)
             # Text only a *run* produces: the code holds the f-string, not the numbers.
-            _wait_for_text(page, r"This host's CPU peaks at [\d,]+ GFLOP/s", 180_000)
-            _wait_for_text(page, r"The fastest steady state here is \w+ at [\d.]+ ms", 300_000)
+            _wait_for_text(page, r"This CPU reaches [\d,]+ GFLOP/s", 180_000)
+            _wait_for_text(page, r"The fastest steady state on this machine is \w+, at [\d.]+ ms",
+                           300_000)
             chart = page.locator(".vega-embed canvas, .vega-embed svg").first
             chart.wait_for(state="visible", timeout=60_000)
             box = chart.bounding_box()
