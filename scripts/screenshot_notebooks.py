@@ -56,17 +56,17 @@ JS_SIGNATURE = """() => {
   const charts = document.querySelectorAll('.vega-embed canvas, .vega-embed svg').length;
   return [document.body.innerText.length, charts, window.__scroller().scrollHeight].join('/');
 }"""
-# marimo's app scrolls inside an element: the one with most hidden overflow (falls back to page).
+# marimo's app scrolls inside an element: the nearest scrolling ancestor of the cells (falls
+# back to the page). Never a scroll box inside an output (a long <pre> with max-height): picking
+# the element with most hidden overflow chose such a box once the page fitted the viewport, and
+# every growth of the viewport then added the box's hidden height again, blank screens at the end.
 JS_SCROLLER = """() => { window.__scroller = () => {
-  const cached = window.__scrollerEl;
-  if (cached && cached.isConnected && cached.scrollHeight > cached.clientHeight) return cached;
-  let best = document.scrollingElement, extra = 0;
-  for (const el of document.querySelectorAll('*')) {
-    const oy = getComputedStyle(el).overflowY, hidden = el.scrollHeight - el.clientHeight;
-    if ((oy === 'auto' || oy === 'scroll') && hidden > extra) { best = el; extra = hidden; }
+  const cell = document.querySelector('.marimo-cell');
+  for (let el = cell && cell.parentElement; el; el = el.parentElement) {
+    const oy = getComputedStyle(el).overflowY;
+    if (oy === 'auto' || oy === 'scroll') return el;
   }
-  if (extra > 0) window.__scrollerEl = best;
-  return best; }; }"""
+  return document.scrollingElement; }; }"""
 JS_HEIGHTS = "() => [window.__scroller().scrollHeight, window.__scroller().clientHeight]"
 JS_ERRORS = "() => document.querySelectorAll('.marimo-cell.has-error').length"
 
