@@ -120,44 +120,44 @@ def task_digits(model: str) -> int:
 
 
 @app.cell
-def _(batch, model, modes, run_generation, strategies, trained, weights):
-    comparison = None
-    _wait = None
+def _(batch, model, modes, strategies, trained, weights):
+    # What to run (validated here: a bad setting is named before any worker starts); None
+    # while the section waits, saying for what.
+    gen_specs = None
     if not modes.value or not strategies.value:
-        _wait = "Pick at least one mode and one strategy above."
+        mo.output.replace(mo.callout(mo.md("Pick at least one mode and one strategy above."),
+                                     kind="info"))
     elif weights.value == "trained" and trained is None:
-        _wait = "Decoding waits for the trained weights above: press **run**."
-    if _wait is not None:
-        mo.output.replace(mo.callout(mo.md(_wait), kind="info"))
+        mo.output.replace(mo.callout(mo.md(
+            "Decoding waits for the trained weights above: press **run**."), kind="info"))
     else:
         try:
-            _specs = wb.generation_specs(
+            gen_specs = wb.generation_specs(
                 model.value, "tiny", modes.value, strategies.value, prompts=PROMPTS,
                 new_tokens=NEW_TOKENS, buckets=BUCKETS, batch_size=int(batch.value),
                 weights=str(trained.out_dir) if trained is not None else None)
         except wb.SpecError as exc:
-            _specs = None
             mo.output.replace(nb.failed_run_callout("generation", exc))
-        if _specs is not None:
-            _go = nb.may_measure(OPENED, "generation", run_generation.value)
-            _reuse = nb.reuse_ok() and not run_generation.value
-            if _go or (_reuse and all(wb.stored_generation(_s) for _s in _specs)):
-                with mo.status.progress_bar(total=len(_specs), title="generating",
-                                            remove_on_exit=True) as _bar:
-                    comparison = wb.generate_many(
-                        _specs, lambda _c, _s: _bar.update(subtitle=f"{_s.mode}/{_s.decode}"),
-                        reuse=_reuse)
-                _options = _specs[0].options
-                mo.output.replace(mo.vstack([
-                    *nb.run_failures(comparison, comparison.summary),
-                    mo.md(nb.provenance(comparison.results)),
-                    mo.md(f"Model options for generation: `{_options}` (the position table "
-                          "must cover the prompt, the new tokens and the largest bucket)."
-                          if _options else ""),
-                ]))
-            else:
-                mo.output.replace(mo.callout(mo.md(
-                    "Press **run** above to generate with these settings."), kind="info"))
+    return (gen_specs,)
+
+
+@app.cell
+def _(gen_specs, run_generation):
+    comparison = None
+    if gen_specs is not None:
+        _go = nb.may_measure(OPENED, "generation", run_generation.value)
+        _reuse = nb.reuse_ok() and not run_generation.value
+        if _go or (_reuse and all(wb.stored_generation(_s) for _s in gen_specs)):
+            with mo.status.progress_bar(total=len(gen_specs), title="generating",
+                                        remove_on_exit=True) as _bar:
+                comparison = wb.generate_many(
+                    gen_specs, lambda _c, _s: _bar.update(subtitle=f"{_s.mode}/{_s.decode}"),
+                    reuse=_reuse)
+            mo.output.replace(mo.vstack([*nb.run_failures(comparison, comparison.summary),
+                                         mo.md(nb.provenance(comparison.results))]))
+        else:
+            mo.output.replace(mo.callout(mo.md(
+                "Press **run** above to generate with these settings."), kind="info"))
     return (comparison,)
 
 
@@ -177,28 +177,10 @@ def _():
 @app.cell
 def _(comparison):
     _out = comparison.outputs if comparison is not None else None
-    if _out is not None and len(_out):
-        _checked = _out["correct"].dropna()
-        _same = _out["same_as_pytorch"].dropna()
-        _refs = ", ".join(sorted(set(_out["reference"].dropna())))
-        _trained = (_out["weights"] == "trained").all()
-        _lines = [
-            f"**{int(_checked.sum())} of {len(_checked)}** continuations "
-            f"({len(_out[['mode', 'strategy']].drop_duplicates())} runs x "
-            f"{_out['request'].nunique()} requests) are the task's answer"
-            + ("." if _trained else ": random weights, so this says nothing about the "
-               "caches."),
-            (f"**{int(_same.sum())} of {len(_same)}** equal plain PyTorch's full recompute "
-             f"({_refs}: the whole sequence fed again for each token, no cache), every batch "
-             "row." if len(_same) else
-             "No plain-PyTorch run to compare with: add `torch_eager` to the modes."),
-        ]
-        _view = mo.vstack([mo.md(" ".join(_lines)),
-                           nb.table(generation.continuations(_out), label="greedy tokens",
-                                    page_size=12)])
-    else:
-        _view = mo.md("_The continuations appear once the runs above have finished._")
-    _view
+    (mo.vstack([mo.md(generation.outputs_note(_out)),
+                nb.table(generation.continuations(_out), label="greedy tokens", page_size=12)])
+     if _out is not None and len(_out) else
+     mo.md("_The continuations appear once the runs above have finished._"))
     return
 
 
@@ -241,20 +223,9 @@ def _(comparison):
 @app.cell
 def _(comparison):
     _s = comparison.summary if comparison is not None else None
-    if _s is not None and len(_s):
-        _shown = nb.significant(_s[[
-            "mode", "measured_on", "strategy", "ttft_ms", "steady_ms_per_token",
-            "steady_ms_p10", "steady_ms_p90", "steady_tokens", "tokens_per_s",
-            "compiles_total", "cache_bytes"]]).rename(columns={
-                "ttft_ms": "first token ms", "steady_ms_per_token": "steady ms (median)",
-                "steady_ms_p10": "p10 ms", "steady_ms_p90": "p90 ms",
-                "steady_tokens": "steady tokens", "tokens_per_s": "tokens/s (median)",
-                "compiles_total": "compilations", "cache_bytes": "KV cache bytes"})
-        _view = nb.table(_shown, label="per run, measured here (3 significant digits)",
-                         page_size=16)
-    else:
-        _view = None
-    _view
+    (nb.table(generation.timing_table(_s), page_size=16,
+              label="per run, measured on this machine (3 significant digits)")
+     if _s is not None and len(_s) else None)
     return
 
 
@@ -273,16 +244,18 @@ def _():
 
 @app.cell
 def _(comparison):
-    _t = comparison.tokens if comparison is not None else None
-    gen_charts.compiles_per_token(_t) if _t is not None and len(_t) else None
-    return
+    # plain PyTorch compiles nothing: its panels would be all zeros
+    compiled_tokens = (generation.compiling(comparison.tokens)
+                       if comparison is not None else None)
+    gen_charts.compiles_per_token(compiled_tokens) if compiled_tokens is not None and len(
+        compiled_tokens) else None
+    return (compiled_tokens,)
 
 
 @app.cell
-def _(comparison):
-    _t = comparison.tokens if comparison is not None else None
-    (gen_charts.compiles_by_phase(generation.compiles_by_phase(_t))
-     if _t is not None and len(_t) else None)
+def _(compiled_tokens):
+    (gen_charts.compiles_by_phase(generation.compiles_by_phase(compiled_tokens))
+     if compiled_tokens is not None and len(compiled_tokens) else None)
     return
 
 
@@ -292,7 +265,8 @@ def _(comparison):
     if _c is None:
         _view = None
     elif not len(_c):
-        _view = mo.md("_No compilations: plain PyTorch compiles nothing._")
+        _view = mo.md("_No compilations: plain PyTorch compiles nothing; add an XLA mode "
+                      "above to see them._")
     else:
         _view = nb.table(_c[["mode", "strategy", "request", "token", "phase", "explanation"]],
                          label="compilations", page_size=10, wrapped_columns=["explanation"])
@@ -406,9 +380,10 @@ def _():
 
 @app.cell
 def _():
-    programs_answer = mo.ui.dictionary({
-        _s: mo.ui.number(start=0, stop=10_000, step=1, label=f"`{_s}`")
-        for _s in exercise.ASKED}).form(submit_button_label="check", bordered=False)
+    programs_answer = mo.md("  \n".join(
+        f"`{_s}`: {{{_s}}} programs" for _s in exercise.ASKED)).batch(**{
+            _s: mo.ui.number(start=0, stop=10_000, step=1) for _s in exercise.ASKED}).form(
+        submit_button_label="check", bordered=False)
     programs_answer
     return (programs_answer,)
 

@@ -322,21 +322,3 @@ def host_peak_text(peak: dict) -> str:
     """When and how the host peak of :func:`tpu_workbench.host_peak_flops` was measured."""
     when = str(peak.get("measured_at") or "").replace("T", " ")
     return f"fp32 matmul, measured at {when}" if when else "fp32 matmul, measured"
-
-
-def significant(frame, digits: int = 3):
-    """A copy of DataFrame `frame` with its float columns rounded to `digits` significant
-    digits (60.0703 -> 60.1, 0.70412 -> 0.704, 1615.3 -> 1620): measured times quoted with no
-    more precision than a shared machine's timing has. Other columns are left as they are."""
-    import pandas as pd
-
-    def cut(v: float) -> float:
-        if pd.isna(v) or v == 0 or not math.isfinite(v):
-            return v
-        return round(v, digits - 1 - math.floor(math.log10(abs(v))))
-
-    out = frame.copy()
-    for i in range(out.shape[1]):
-        if pd.api.types.is_float_dtype(out.iloc[:, i]):
-            out.isetitem(i, out.iloc[:, i].map(lambda v: cut(float(v))))
-    return out

@@ -27,6 +27,11 @@ def _panel(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _columns(frame: pd.DataFrame) -> alt.Column:
+    """A facet column per panel, in the order the runs came (the baseline first)."""
+    return alt.Column("panel:N", title=None, sort=list(dict.fromkeys(frame["panel"])))
+
+
 def _numbered(tokens: pd.DataFrame) -> pd.DataFrame:
     """`tokens` with ``n``, the token's place in its run (requests one after another),
     ``compiles_so_far``, the run's compilations up to and including that token, and
@@ -44,8 +49,9 @@ def ms_per_token(tokens: pd.DataFrame) -> alt.FacetChart:
     ``compiles``."""
     require_columns(tokens, ["run_id", "mode", "strategy", "phase", "wall_ms", "compiles"],
                     "ms_per_token")
+    data = _numbered(tokens)
     return (
-        alt.Chart(_numbered(tokens))
+        alt.Chart(data)
         .mark_line(point=True)
         .encode(x=alt.X("n:Q", title="token of the run", axis=alt.Axis(tickMinStep=1,
                                                                         format="d")),
@@ -55,7 +61,7 @@ def ms_per_token(tokens: pd.DataFrame) -> alt.FacetChart:
                 tooltip=["strategy", "mode", "request", "token", "phase",
                          alt.Tooltip("wall_ms:Q", format=".3~r"), "compiles"])
         .properties(width=WIDTH, height=220)
-        .facet(column=alt.Column("panel:N", title=None))
+        .facet(column=_columns(data))
         .properties(title="ms per token, measured on this machine (token 0 of a request is "
                           "its prefill)")
     )
@@ -67,7 +73,8 @@ def compiles_per_token(tokens: pd.DataFrame) -> alt.FacetChart:
     at every token; the static strategies at the prefill and the first decode step only.
     Columns: ``run_id``, ``mode``, ``strategy``, ``compiles``."""
     require_columns(tokens, ["run_id", "mode", "strategy", "compiles"], "compiles_per_token")
-    base = alt.Chart(_numbered(tokens)).encode(
+    data = _numbered(tokens)
+    base = alt.Chart(data).encode(
         x=alt.X("n:O", title="token of the run"),
         y=alt.Y("strategy:N", title=None, sort=list(STRATEGY_COLORS.domain)))
     cells = base.mark_rect(stroke="white").encode(
@@ -81,7 +88,7 @@ def compiles_per_token(tokens: pd.DataFrame) -> alt.FacetChart:
         text=alt.Text("compiles:Q", format="d"),
         color=alt.condition("datum.compiles > 1", alt.value("white"), alt.value("#333")))
     return ((cells + counts).properties(width=WIDTH, height=120)
-            .facet(column=alt.Column("panel:N", title=None))
+            .facet(column=_columns(data))
             .properties(title="compilations per token (total so far in the tooltip)"))
 
 
@@ -91,7 +98,8 @@ def ttft_vs_steady(summary: pd.DataFrame) -> alt.FacetChart:
     ``steady_ms_per_token``."""
     require_columns(summary, ["mode", "strategy", "ttft_ms", "steady_ms_per_token"],
                     "ttft_vs_steady")
-    long = _panel(summary).melt(id_vars=["mode", "panel", "strategy"], value_vars=["ttft_ms",
+    data = _panel(summary)
+    long = data.melt(id_vars=["mode", "panel", "strategy"], value_vars=["ttft_ms",
                                                                   "steady_ms_per_token"],
                         var_name="what", value_name="ms").dropna(subset=["ms"])
     long["what"] = long["what"].map({"ttft_ms": "time to first token",
@@ -107,7 +115,7 @@ def ttft_vs_steady(summary: pd.DataFrame) -> alt.FacetChart:
                 color=alt.Color("what:N", title=None, legend=alt.Legend(orient="bottom")),
                 tooltip=["mode", "strategy", "what", alt.Tooltip("ms:Q", format=".3~r")])
         .properties(width=WIDTH, height=200)
-        .facet(column=alt.Column("panel:N", title=None))
+        .facet(column=_columns(data))
         .properties(title="time to first token vs steady decode (median), measured on this "
                           "machine")
     )
@@ -117,8 +125,9 @@ def compiles_by_phase(phases: pd.DataFrame) -> alt.FacetChart:
     """Where the compilations go: prefill vs decode, stacked per strategy, a panel per mode.
     Columns: ``mode``, ``strategy``, ``phase``, ``compiles``."""
     require_columns(phases, ["mode", "strategy", "phase", "compiles"], "compiles_by_phase")
+    data = _panel(phases)
     return (
-        alt.Chart(_panel(phases))
+        alt.Chart(data)
         .mark_bar()
         .encode(y=alt.Y("strategy:N", title=None, sort=list(STRATEGY_COLORS.domain)),
                 x=alt.X("compiles:Q", title="compilations", axis=alt.Axis(tickMinStep=1,
@@ -128,6 +137,6 @@ def compiles_by_phase(phases: pd.DataFrame) -> alt.FacetChart:
                 tooltip=["mode", "strategy", "phase", "compiles",
                          alt.Tooltip("compile_ms:Q", format=".0f")])
         .properties(width=WIDTH, height=140)
-        .facet(column=alt.Column("panel:N", title=None))
+        .facet(column=_columns(data))
         .properties(title="where the compilations go")
     )

@@ -169,25 +169,84 @@ def compiles_by_phase(tokens):
 
 
 def continuations(outputs):
-    """The greedy continuations of :attr:`GenerationComparison.outputs` side by side: a row per
-    request (its prompt and what the task says follows), a column per run (``mode strategy``)
-    holding its tokens, marked ✓ where they are the task's answer and ✗ where they are not,
-    and ``runs agree``: whether every run gave the same tokens."""
+    """The greedy continuations of :attr:`GenerationComparison.outputs` side by side: a column
+    per request, whose first rows are its prompt and what the task says follows, then a row
+    per run (``mode strategy``) holding its tokens, marked ✓ where they are the task's answer
+    and ✗ where they are not, and a last row saying whether every run wrote the same."""
     import pandas as pd
 
     if not len(outputs):
-        return pd.DataFrame(columns=["request", "prompt", "expected", "runs agree"])
+        return pd.DataFrame(columns=["run"])
     marks = {True: " ✓", False: " ✗"}
-    shown = outputs.assign(
-        run=outputs["mode"] + " " + outputs["strategy"],
-        tokens=[o + marks.get(c, "") for o, c in zip(outputs["output"], outputs["correct"],
-                                                      strict=True)])
-    wide = shown.pivot_table(index=["request", "prompt", "expected"], columns="run",
-                             values="tokens", aggfunc="first", sort=False)
-    agree = shown.groupby(["request", "prompt", "expected"], sort=False)["output"].nunique()
-    wide["runs agree"] = agree.reindex(wide.index).eq(1)
-    wide.columns.name = None
-    return wide.reset_index()
+    requests = sorted(outputs["request"].unique())
+    first = outputs.drop_duplicates("request").set_index("request")
+    rows = [{"run": "prompt", **{f"request {r}": first.at[r, "prompt"] for r in requests}},
+            {"run": "the task's answer",
+             **{f"request {r}": first.at[r, "expected"] or "(none)" for r in requests}}]
+    for (mode, strategy), run in outputs.groupby(["mode", "strategy"], sort=False):
+        run = run.set_index("request")
+        rows.append({"run": f"{mode} {strategy}",
+                     **{f"request {r}": run.at[r, "output"] + marks.get(run.at[r, "correct"], "")
+                        for r in requests if r in run.index}})
+    agree = outputs.groupby("request")["output"].nunique().eq(1)
+    rows.append({"run": "every run the same",
+                 **{f"request {r}": "yes" if agree[r] else "NO" for r in requests}})
+    return pd.DataFrame(rows)
+
+
+def outputs_note(outputs) -> str:
+    """Markdown: how many continuations of :attr:`GenerationComparison.outputs` are the task's
+    answer and how many equal plain PyTorch's reference, as numbers."""
+    checked, same = outputs["correct"].dropna(), outputs["same_as_pytorch"].dropna()
+    runs = len(outputs[["mode", "strategy"]].drop_duplicates())
+    trained = bool((outputs["weights"] == "trained").all())
+    text = (f"**{int(checked.sum())} of {len(checked)}** continuations ({runs} runs x "
+            f"{outputs['request'].nunique()} requests) are the task's answer"
+            + ("." if trained else ": random weights, so this says nothing about the caches."))
+    if len(same):
+        refs = ", ".join(sorted(set(outputs["reference"].dropna())))
+        text += (f" **{int(same.sum())} of {len(same)}** equal plain PyTorch's full recompute "
+                 f"({refs}: the whole sequence fed again for each token, no cache), in every "
+                 "batch row.")
+    else:
+        text += " No plain-PyTorch run to compare with: add `torch_eager` to the modes."
+    return text
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """`value` as text to `digits` significant digits, never in exponent form (60.0703 ->
+    "60.1", 0.70412 -> "0.704", 1615.3 -> "1,620", 9.996 -> "10.0"): a measured time quoted
+    with no more precision than a shared machine's timing has. NaN is ""."""
+    if value != value:
+        return ""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    places = digits - 1 - math.floor(math.log10(abs(value)))
+    value = round(value, places)  # 9.996 rounds up to 10.0: one place fewer then
+    places = digits - 1 - math.floor(math.log10(abs(value)))
+    return f"{round(value, places):,.{max(places, 0)}f}"
+
+
+def timing_table(summary):
+    """The per-run figures a reader compares, from :attr:`GenerationComparison.summary`: the
+    run, where it was measured, first-token ms, steady ms (median and p10-p90), tokens/s,
+    compilations and the KV cache's KB, floats as text to three significant digits."""
+    import pandas as pd
+
+    sig = significant
+    rows = [{"run": f"{r.mode} {r.strategy}", "measured on": r.measured_on,
+             "first token ms": sig(r.ttft_ms), "steady ms (median)": sig(r.steady_ms_per_token),
+             "p10-p90 ms": f"{sig(r.steady_ms_p10)}-{sig(r.steady_ms_p90)}",
+             "tokens/s (median)": sig(r.tokens_per_s), "compilations": int(r.compiles_total),
+             "KV cache KB": sig(r.cache_bytes / 1e3) if r.cache_bytes else "0"}
+            for r in summary.itertuples()]
+    return pd.DataFrame(rows)
+
+
+def compiling(frame):
+    """The rows of `frame` (tokens or summary) from modes that compile: all but plain
+    PyTorch's ``torch_eager``, whose every compile count is 0."""
+    return frame[frame["mode"] != "torch_eager"]
 
 
 def text_of(token_ids: list[int]) -> str:
