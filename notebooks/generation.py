@@ -337,14 +337,16 @@ def _(hlo_texts):
     else:
         _inputs = generation.compare_inputs({"prefill": hlo_texts["prefill"],
                                              "decode": hlo_texts["decode"]})
-        _differ = _inputs[~_inputs["same"]]
+        _same = _inputs[_inputs["same"]]
         _view = mo.vstack([
-            mo.md(f"**What the two programs are fed** (their ENTRY parameters, before "
-                  f"optimisation): they differ only in {len(_differ)} inputs, the token ids "
-                  "and the positions (and the prefill's index of its last real token); the "
-                  "weights and the KV caches, one key and one value tensor per layer at the "
-                  "cache's one length, are the same."),
-            nb.table(_inputs, label="inputs by shape", page_size=20),
+            mo.md("**What the two programs are fed** (their ENTRY parameters, before "
+                  "optimisation). They differ only in these inputs, the token ids and the "
+                  "positions (and the prefill's index of its last real token):"),
+            nb.table(_inputs[~_inputs["same"]].drop(columns="same"), label="inputs that differ"),
+            mo.md("The same in both, the weights and the KV caches (a key and a value tensor "
+                  "per layer, at the cache's one length): " + ", ".join(
+                      f"`{_r['input shape']}` x{_r['prefill']}" for _, _r in _same.iterrows())
+                  + "."),
         ])
     _view
     return

@@ -241,6 +241,21 @@ def test_cli_writes_tables_and_charts(tmp_path, results, capsys):
     assert "identical across strategies and modes" in capsys.readouterr().out
 
 
+def test_cli_decodes_with_trained_weights(tmp_path, results, capsys):
+    from tpu_workbench.cli import main
+
+    out = tmp_path / "gen"
+    assert main(["generate", "--model", "mingpt", "--modes", "torch_eager", "--strategies",
+                 "naive,static_cache", "--prompts", "6,8", "--tokens", "4", "--train-steps",
+                 "20", "--out", str(out)]) == 0
+    outputs = pd.read_csv(out / "outputs.csv", dtype={"expected": str, "output": str})
+    assert set(outputs["weights"]) == {"trained"} and outputs["same_as_pytorch"].all()
+    assert set(outputs["reference"]) == {"torch_eager naive"}
+    assert outputs["expected"].str.split().map(len).tolist() == [4, 4, 4, 4]
+    printed = capsys.readouterr()
+    assert "the task's answer:" in printed.out and "weights: " in printed.err
+
+
 @pytest.mark.parametrize("length", [None, 16])  # growing, and preallocated at 16 positions
 def test_mingpt_kv_cache_gives_the_full_forwards_logits(length):
     import torch
@@ -441,8 +456,8 @@ def _fake_run(folder, **spec):
     (lambda t: _fake_run(t / "run", options={"n_layer": 1}), {},
      "were trained for .*'n_layer': 1.* but this generation asks for"),
     (lambda t: _fake_run(t / "run"), dict(prompts=(8,), new_tokens=5),
-     "feed the model 12 positions .* covers block_size=11; generate at most 4 tokens, the "
-     "weights of .* were trained with block_size=11"),
+     r"feed the model 12 positions .* covers block_size=11; generate at most 4 tokens \(the "
+     "weights of .* were trained with block_size=11\\)"),
 ])
 def test_bad_weights_fail_before_any_worker(tmp_path, make, fields, message, results):
     spec = GenerationSpec(model="mingpt", mode="torch_eager", weights=make(tmp_path), **fields)

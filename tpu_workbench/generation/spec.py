@@ -108,14 +108,15 @@ class GenerationSpec(ExperimentSpec):
         used = positions_used(self)
         if used > limit:
             field = getattr(family, "positions_field", "positions")
-            fix = (f"the weights of {self.weights} were trained with {field}={limit}"
+            fix = (f" (the weights of {self.weights} were trained with {field}={limit})"
                    if self.weights is not None else
-                   f"or set options={{'{field}': {used}}} (generation_spec.with_positions does)")
+                   f", or set options={{'{field}': {used}}} (generation_spec.with_positions "
+                   "does)")
             raise SpecError(
                 f"a prompt of {max(self.prompts)} tokens and {self.new_tokens} new tokens feed "
                 f"the model {used} positions (the last new token is not fed back) but "
                 f"{self.model}/{self.preset} covers {field}={limit}; generate at most "
-                f"{limit - max(self.prompts) + 1} tokens, {fix}")
+                f"{limit - max(self.prompts) + 1} tokens{fix}")
         return self
 
 
