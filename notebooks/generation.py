@@ -224,7 +224,8 @@ def _(comparison):
 def _(comparison):
     _s = comparison.summary if comparison is not None else None
     (nb.table(generation.timing_table(_s), page_size=16,
-              label="per run, measured on this machine (3 significant digits)")
+              label=f"per run, measured on this machine ({generation.measured_where(_s)}), "
+                    "3 significant digits")
      if _s is not None and len(_s) else None)
     return
 
@@ -343,8 +344,8 @@ def _(hlo_texts):
                   "optimisation). They differ only in these inputs, the token ids and the "
                   "positions (and the prefill's index of its last real token):"),
             nb.table(_inputs[~_inputs["same"]].drop(columns="same"), label="inputs that differ"),
-            mo.md("The same in both, the weights and the KV caches (a key and a value tensor "
-                  "per layer, at the cache's one length): " + ", ".join(
+            mo.md("Shapes both programs take (the weights; the KV caches, a key and a value "
+                  "tensor per layer at the cache's one length; one-element indices): " + ", ".join(
                       f"`{_r['input shape']}` x{_r['prefill']}" for _, _r in _same.iterrows())
                   + "."),
         ])

@@ -229,18 +229,26 @@ def significant(value: float, digits: int = 3) -> str:
 
 def timing_table(summary):
     """The per-run figures a reader compares, from :attr:`GenerationComparison.summary`: the
-    run, where it was measured, first-token ms, steady ms (median and p10-p90), tokens/s,
-    compilations and the KV cache's KB, floats as text to three significant digits."""
+    run, first-token ms, steady ms (median and p10-p90), tokens/s, compilations and the KV
+    cache's KB, floats as text to three significant digits (:func:`measured_where` says where
+    they were measured)."""
     import pandas as pd
 
     sig = significant
-    rows = [{"run": f"{r.mode} {r.strategy}", "measured on": r.measured_on,
-             "first token ms": sig(r.ttft_ms), "steady ms (median)": sig(r.steady_ms_per_token),
+    rows = [{"run": f"{r.mode} {r.strategy}", "first token ms": sig(r.ttft_ms),
+             "steady ms (median)": sig(r.steady_ms_per_token),
              "p10-p90 ms": f"{sig(r.steady_ms_p10)}-{sig(r.steady_ms_p90)}",
              "tokens/s (median)": sig(r.tokens_per_s), "compilations": int(r.compiles_total),
              "KV cache KB": sig(r.cache_bytes / 1e3) if r.cache_bytes else "0"}
             for r in summary.itertuples()]
     return pd.DataFrame(rows)
+
+
+def measured_where(summary) -> str:
+    """Where each mode of a summary (or tokens) frame was measured, in words:
+    ``torch_eager on plain PyTorch, CPU, 1 thread; lazy on XLA:CPU``."""
+    pairs = dict(zip(summary["mode"], summary["measured_on"], strict=True))
+    return "; ".join(f"{mode} on {where}" for mode, where in pairs.items())
 
 
 def compiling(frame):
