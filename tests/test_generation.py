@@ -413,9 +413,9 @@ def test_timing_figures_are_quoted_to_three_significant_digits():
                                  steady_ms_p10=1.651, steady_ms_p90=60.07, tokens_per_s=586.6,
                                  compiles_total=2, cache_bytes=26624)])
     row = generation.timing_table(summary).iloc[0]
-    assert (row["first token ms"], row["steady ms (median)"], row["p10-p90 ms"],
+    assert (row["first token ms"], row["steady ms: median (p10-p90)"],
             row["tokens/s (median)"], row["KV cache KB"]) == \
-        ("1,230", "1.70", "1.65-60.1", "587", "26.6")
+        ("1,230", "1.70 (1.65-60.1)", "587", "26.6")
 
 
 def test_entry_inputs_are_the_entry_computations_parameters_in_order():

@@ -236,8 +236,8 @@ def timing_table(summary):
 
     sig = significant
     rows = [{"run": f"{r.mode} {r.strategy}", "first token ms": sig(r.ttft_ms),
-             "steady ms (median)": sig(r.steady_ms_per_token),
-             "p10-p90 ms": f"{sig(r.steady_ms_p10)}-{sig(r.steady_ms_p90)}",
+             "steady ms: median (p10-p90)": f"{sig(r.steady_ms_per_token)} "
+                                            f"({sig(r.steady_ms_p10)}-{sig(r.steady_ms_p90)})",
              "tokens/s (median)": sig(r.tokens_per_s), "compilations": int(r.compiles_total),
              "KV cache KB": sig(r.cache_bytes / 1e3) if r.cache_bytes else "0"}
             for r in summary.itertuples()]
