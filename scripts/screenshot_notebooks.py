@@ -56,18 +56,23 @@ JS_SIGNATURE = """() => {
   const charts = document.querySelectorAll('.vega-embed canvas, .vega-embed svg').length;
   return [document.body.innerText.length, charts, window.__scroller().scrollHeight].join('/');
 }"""
-# marimo's app scrolls inside an element: the one with most hidden overflow (falls back to page).
+# marimo's app scrolls inside an element: the nearest scrolling ancestor of the cells (falls
+# back to the page). Never a scroll box inside an output (a long <pre> with max-height): picking
+# the element with most hidden overflow chose such a box once the page fitted the viewport, and
+# every growth of the viewport then added the box's hidden height again, blank screens at the end.
 JS_SCROLLER = """() => { window.__scroller = () => {
-  const cached = window.__scrollerEl;
-  if (cached && cached.isConnected && cached.scrollHeight > cached.clientHeight) return cached;
-  let best = document.scrollingElement, extra = 0;
-  for (const el of document.querySelectorAll('*')) {
-    const oy = getComputedStyle(el).overflowY, hidden = el.scrollHeight - el.clientHeight;
-    if ((oy === 'auto' || oy === 'scroll') && hidden > extra) { best = el; extra = hidden; }
+  const cell = document.querySelector('.marimo-cell');
+  for (let el = cell && cell.parentElement; el; el = el.parentElement) {
+    const oy = getComputedStyle(el).overflowY;
+    if (oy === 'auto' || oy === 'scroll') return el;
   }
-  if (extra > 0) window.__scrollerEl = best;
-  return best; }; }"""
+  return document.scrollingElement; }; }"""
 JS_HEIGHTS = "() => [window.__scroller().scrollHeight, window.__scroller().clientHeight]"
+# Where the last cell ends, in page pixels: below it is marimo's own chrome (the add-cell bar),
+# and blank space where outputs got shorter after the viewport grew (the viewport never
+# shrinks back), so the screenshot is cut there.
+JS_CELLS_BOTTOM = """() => Math.max(0, ...Array.from(document.querySelectorAll('.marimo-cell'),
+  el => el.getBoundingClientRect().bottom))"""
 JS_ERRORS = "() => document.querySelectorAll('.marimo-cell.has-error').length"
 
 
@@ -155,7 +160,8 @@ def wait_idle(page, timeout_s: float, settle_s: float = 2.0, saw_busy: bool = Fa
 
 
 def shoot(page, out: Path, stem: str) -> list[Path]:
-    """Grow the viewport to the notebook's full height, screenshot, cut into PIECE-px pieces."""
+    """Grow the viewport to the notebook's full height, screenshot, cut into PIECE-px pieces
+    down to the last cell's end."""
     from PIL import Image
 
     page.evaluate(JS_SCROLLER)
@@ -168,11 +174,13 @@ def shoot(page, out: Path, stem: str) -> list[Path]:
         page.wait_for_timeout(500)
     whole = out / f"{stem}-full.png"
     page.screenshot(path=str(whole))
+    bottom = int(page.evaluate(JS_CELLS_BOTTOM)) + 40
     paths = []
     with Image.open(whole) as img:
-        for i, top in enumerate(range(0, img.height, PIECE), start=1):
+        end = min(img.height, bottom) if bottom > 40 else img.height
+        for i, top in enumerate(range(0, end, PIECE), start=1):
             path = out / f"{stem}-{i:02d}.png"
-            img.crop((0, top, img.width, min(top + PIECE, img.height))).save(path)
+            img.crop((0, top, img.width, min(top + PIECE, end))).save(path)
             paths.append(path)
     whole.unlink()
     return paths

@@ -12,7 +12,10 @@ import pytest
 from conftest import ROOT
 
 import tpu_workbench as wb
+from tpu_workbench.environment import backends
 from tpu_workbench.runs.runner import WORKER_LOG_ENV
+
+needs_xla = pytest.mark.skipif(not backends.have_torch_xla(), reason="needs torch_xla")
 
 
 def _load(stem: str):
@@ -110,20 +113,47 @@ def test_your_model_exercise_reads_the_fit_table_and_starts_nothing(worker_log):
     assert worker_log() == 0
 
 
-def test_generation_exercise_judges_the_measured_count_and_starts_nothing(worker_log):
-    import pandas as pd
+def test_generation_exercise_is_judged_on_submit_by_the_library_and_starts_nothing(
+        worker_log):
+    from tpu_workbench.exercises import generation as exercise
 
     module = _load("generation")
-    assert _inputs(module, "judge_bucket_compiles(compiles_answer") == {
-        "bucket_runs", "compiles_answer"}
-    assert "mo.stop(compiles_answer.value is None" in _code(
-        module.app, "judge_bucket_compiles(compiles_answer")
-    # 5, 9, 17 in buckets 8/16/32: three prefill programs and one decode program, by hand
-    measured = pd.DataFrame({"compiles_total": [4]})
-    kind, text = module.judge_bucket_compiles("4", measured)
-    assert kind == "success" and "**Right**: 4" in text
-    kind, text = module.judge_bucket_compiles(" 3 ", measured)
-    assert kind == "warn" and "You said 3" in text
-    assert "not a whole number" in module.judge_bucket_compiles("four", measured)[1]
-    assert "no result" in module.judge_bucket_compiles("4", measured.iloc[:0])[1]
+    assert _inputs(module, "exercise.judge(programs_answer.value") == {
+        "comparison", "programs_answer"}
+    assert "programs_answer.value is None" in _code(module.app,
+                                                    "exercise.judge(programs_answer.value")
+    # By hand, prompts 3, 12, 5, 12, 9 with 4 new tokens, buckets 8/16:
+    # dynamic_cache: prefills for 3, 12, 5, 9 (4) + decode cache lengths p .. p+2 of each:
+    #   {3,4,5} {12,13,14} {5,6,7} {9,10,11} = 11 distinct, so 15;
+    # static_cache: 4 prefills + 1 decode = 5; bucketed: buckets 8 and 16 + 1 decode = 3.
+    right = {"dynamic_cache": 15, "static_cache": 5, "bucketed": 3}
+    kind, text = exercise.judge(right, {"static_cache": (4, 4)})
+    assert kind == "success" and text.startswith("**Right**: 15, 5 and 3.")
+    assert "compiled `static_cache` 4 (counted 4)" in text
+    kind, text = exercise.judge({**right, "static_cache": 6.0})
+    assert kind == "warn" and "not yet `static_cache`" in text
+    assert not any(str(n) in text for n in right.values())  # hints, never the numbers
+    for bad in ({**right, "bucketed": None}, {**right, "bucketed": 2.5},
+                {**right, "bucketed": -1}, {**right, "bucketed": "three"}):
+        kind, text = exercise.judge(bad)
+        assert kind == "warn" and "Enter a whole number" in text and "`bucketed`" in text
+    assert exercise.judge(None)[0] == "neutral"
     assert worker_log() == 0
+
+
+@needs_xla
+def test_generation_exercise_answer_is_what_xla_compiles(results):
+    """The counting the judge uses is what torch_xla does: the question's requests, each
+    strategy on a worker no other run's programs could have warmed."""
+    from tpu_workbench.exercises import generation as exercise
+    from tpu_workbench.generation import analysis
+
+    specs = wb.generation_specs("mingpt", "tiny", ["lazy"], exercise.ASKED,
+                                prompts=exercise.PROMPTS, new_tokens=exercise.NEW_TOKENS,
+                                buckets=exercise.BUCKETS)
+    got = wb.generate_many(specs)
+    assert not got.errors, got.errors
+    measured = {r.spec.decode: int(analysis.token_frame(r.records)["compiles"].sum())
+                for r in got.results}
+    assert measured == exercise.expected() == {"dynamic_cache": 15, "static_cache": 5,
+                                               "bucketed": 3}

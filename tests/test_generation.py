@@ -3,6 +3,9 @@ greedy tokens everywhere, buckets and summaries by hand, and bad input before an
 
 from __future__ import annotations
 
+import json
+import types
+
 import pandas as pd
 import pytest
 
@@ -11,6 +14,7 @@ from tpu_workbench.environment import backends
 from tpu_workbench.generation import analysis as generation
 from tpu_workbench.generation.runs import generate_many, phase_hlo
 from tpu_workbench.generation.spec import GenerationSpec, with_positions
+from tpu_workbench.models import get_model
 from tpu_workbench.runs.workers import WorkerPool
 
 needs_xla = pytest.mark.skipif(not backends.have_torch_xla(), reason="needs torch_xla")
@@ -237,6 +241,21 @@ def test_cli_writes_tables_and_charts(tmp_path, results, capsys):
     assert "identical across strategies and modes" in capsys.readouterr().out
 
 
+def test_cli_decodes_with_trained_weights(tmp_path, results, capsys):
+    from tpu_workbench.cli import main
+
+    out = tmp_path / "gen"
+    assert main(["generate", "--model", "mingpt", "--modes", "torch_eager", "--strategies",
+                 "naive,static_cache", "--prompts", "6,8", "--tokens", "4", "--train-steps",
+                 "20", "--out", str(out)]) == 0
+    outputs = pd.read_csv(out / "outputs.csv", dtype={"expected": str, "output": str})
+    assert set(outputs["weights"]) == {"trained"} and outputs["same_as_pytorch"].all()
+    assert set(outputs["reference"]) == {"torch_eager naive"}
+    assert outputs["expected"].str.split().map(len).tolist() == [4, 4, 4, 4]
+    printed = capsys.readouterr()
+    assert "the task's answer:" in printed.out and "weights: " in printed.err
+
+
 @pytest.mark.parametrize("length", [None, 16])  # growing, and preallocated at 16 positions
 def test_mingpt_kv_cache_gives_the_full_forwards_logits(length):
     import torch
@@ -310,3 +329,231 @@ def test_a_bf16_model_decodes_with_its_static_cache_as_without_one():
     # layers x (K, V) x batch 1 x KV heads x (prompt 5 + 4 new tokens) x head_dim x 2 bytes
     assert cache_bytes["static_cache"] == {2 * 2 * 1 * 4 * 9 * 16 * 2}
     assert cache_bytes["naive"] == {0}
+
+
+# -- the task's prompts and answers, program shapes, the continuations table --------------------
+
+
+def test_task_prompts_begin_the_sorted_answer_that_task_answer_completes():
+    import torch
+
+    from tpu_workbench.models import get_model
+
+    for name in ("mingpt", "hf:llama"):  # the Hugging Face families share minGPT's task
+        family = get_model(name)
+        cfg = family.config("tiny")
+        rows = family.task_prompts(cfg, 8, 3, torch.Generator().manual_seed(1)).tolist()
+        assert len(rows) == 3 and {len(r) for r in rows} == {8}
+        for row in rows:
+            assert row[6:] == sorted(row[:6])[:2]  # six digits, then two of their sorted half
+            assert family.task_answer(cfg, row) == sorted(row[:6])[2:]
+    family, cfg = get_model("mingpt"), get_model("mingpt").config("tiny")
+    assert family.task_answer(cfg, [2, 0, 1, 1, 0, 2, 0, 0]) == [1, 1, 2, 2]  # by hand
+    assert family.task_answer(cfg, [2, 0, 1, 1, 0, 2, 1]) is None  # 1 does not start 0 0 1 1 2 2
+    assert family.task_answer(cfg, [2, 0, 1]) is None  # fewer digits than the task sorts
+    assert family.task_answer(cfg, [2, 0, 1, 1, 0, 7]) is None  # 7 is no digit of the task
+
+
+def test_a_static_cache_and_a_bucket_of_its_prompts_length_share_programs():
+    # static_cache with prompts 6 and 8 and bucketed with a bucket of 8: both caches hold
+    # 8 + 4 positions, so bucketed's prefill (8 tokens) and its decode step are static's own.
+    static = generation.program_shapes("static_cache", (6, 8), 4, (8,))
+    bucketed = generation.program_shapes("bucketed", (6,), 4, (8,))
+    assert bucketed <= static and len(static) == 3
+    assert not generation.program_shapes("bucketed", (6,), 4, (16,)) & static  # cache 20
+
+
+@needs_xla
+def test_a_run_whose_programs_its_modes_worker_compiled_gets_a_fresh_worker(monkeypatch):
+    from tpu_workbench.generation import runs
+
+    pools = {}
+
+    def fake_generate(spec, pool=None, **kwargs):
+        pools[spec.decode] = pool
+        return types.SimpleNamespace(spec=spec)
+
+    monkeypatch.setattr(runs, "generate", fake_generate)
+    specs = [GenerationSpec(model="mingpt", mode="lazy", decode=d, prompts=p, new_tokens=4,
+                            buckets=(8,))
+             for d, p in (("static_cache", (6, 8)), ("bucketed", (6,)), ("naive", (6,)))]
+    generate_many(specs)
+    assert pools["bucketed"] is not pools["static_cache"]  # its programs were static's
+    assert pools["naive"] is pools["bucketed"]  # naive's share nothing with bucketed's
+
+
+def test_continuations_put_each_runs_tokens_beside_the_tasks_answer():
+    outputs = pd.DataFrame([
+        dict(mode="torch_eager", strategy="naive", request=0, prompt="2 0 1 1 0 2",
+             output="0 0 1", expected="0 0 1", correct=True),
+        dict(mode="lazy", strategy="static_cache", request=0, prompt="2 0 1 1 0 2",
+             output="0 1 1", expected="0 0 1", correct=False),
+        dict(mode="torch_eager", strategy="naive", request=1, prompt="1 1 1 1 1 1 1",
+             output="1 1 1", expected="1 1 1", correct=True),
+        dict(mode="lazy", strategy="static_cache", request=1, prompt="1 1 1 1 1 1 1",
+             output="1 1 1", expected="1 1 1", correct=True),
+    ])
+    table = generation.continuations(outputs).set_index("run")
+    assert table.loc["prompt"].tolist() == ["2 0 1 1 0 2", "1 1 1 1 1 1 1"]
+    assert table.loc["the task's answer"].tolist() == ["0 0 1", "1 1 1"]
+    assert table.loc["torch_eager naive"].tolist() == ["0 0 1 ✓", "1 1 1 ✓"]
+    assert table.loc["lazy static_cache"].tolist() == ["0 1 1 ✗", "1 1 1 ✓"]
+    assert table.loc["every run the same"].tolist() == ["NO", "yes"]
+    note = generation.outputs_note(outputs.assign(weights="trained", same_as_pytorch=None,
+                                                  reference=None))
+    assert note.startswith("**3 of 4** continuations (2 runs x 2 requests) are the task's")
+    assert "No plain-PyTorch run" in note
+
+
+def test_timing_figures_are_quoted_to_three_significant_digits():
+    assert [generation.significant(v) for v in (60.0703, 0.70412, 1615.3, 9.996, 0.0)] == \
+        ["60.1", "0.704", "1,620", "10.0", "0"]
+    summary = pd.DataFrame([dict(mode="lazy", measured_on="XLA:CPU", strategy="bucketed",
+                                 ttft_ms=1234.5, steady_ms_per_token=1.7049,
+                                 steady_ms_p10=1.651, steady_ms_p90=60.07, tokens_per_s=586.6,
+                                 compiles_total=2, cache_bytes=26624)])
+    row = generation.timing_table(summary).iloc[0]
+    assert (row["first token ms"], row["steady ms: median (p10-p90)"],
+            row["tokens/s (median)"], row["KV cache KB"]) == \
+        ("1,230", "1.70 (1.65-60.1)", "587", "26.6")
+
+
+def test_entry_inputs_are_the_entry_computations_parameters_in_order():
+    text = """HloModule m
+
+%add (p0.1: f32[], p1.2: f32[]) -> f32[] {
+  %p0.1 = f32[] parameter(0)
+  %p1.2 = f32[] parameter(1)
+}
+
+ENTRY %SyncTensorsGraph.9 (p0.3: f32[4,8], p1.4: s64[1,8], p2.5: s64[8]) -> (f32[4]) {
+  %p1.4 = s64[1,8]{1,0} parameter(1)
+  %p0.3 = f32[4,8]{1,0} parameter(0)
+  %p2.5 = s64[8]{0} parameter(2)
+}
+"""
+    assert generation.entry_inputs(text) == ["f32[4,8]", "s64[1,8]", "s64[8]"]
+    decode = text.replace("s64[1,8]{1,0}", "s64[1,1]{1,0}").replace("s64[8]{0}", "s64[1]{0}")
+    frame = generation.compare_inputs({"prefill": text, "decode": decode})
+    assert frame[~frame["same"]]["input shape"].tolist() == ["s64[1,1]", "s64[1,8]", "s64[1]",
+                                                            "s64[8]"]
+    assert frame[frame["same"]]["input shape"].tolist() == ["f32[4,8]"]
+
+
+# -- trained weights: checked before any worker, decoded like plain PyTorch's full recompute ------
+
+
+def _fake_run(folder, **spec):
+    folder.mkdir(parents=True)
+    (folder / "model.pt").write_bytes(b"")
+    (folder / "spec.json").write_text(json.dumps({"model": "mingpt", "preset": "tiny",
+                                                  "options": {}, **spec}))
+    return str(folder)
+
+
+@pytest.mark.parametrize("make, fields, message", [
+    (lambda t: str(t / "nowhere"), {}, "is not the folder of a training run with a checkpoint"),
+    (lambda t: _fake_run(t / "run", options={"n_layer": 1}), {},
+     "were trained for .*'n_layer': 1.* but this generation asks for"),
+    (lambda t: _fake_run(t / "run"), dict(prompts=(8,), new_tokens=5),
+     r"feed the model 12 positions .* covers block_size=11; generate at most 4 tokens \(the "
+     "weights of .* were trained with block_size=11\\)"),
+])
+def test_bad_weights_fail_before_any_worker(tmp_path, make, fields, message, results):
+    spec = GenerationSpec(model="mingpt", mode="torch_eager", weights=make(tmp_path), **fields)
+    with pytest.raises(wb.SpecError, match=message):
+        wb.generate(spec, pool=NoWorkers())
+    assert with_positions(spec) == spec  # trained weights keep their position table
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """minGPT tiny trained on its task (a worker, plain PyTorch), and its prompts' greedy
+    continuations by full recompute: the model fed the whole sequence for each new token,
+    plain PyTorch, none of the worker's decode code."""
+    import torch
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TPU_WORKBENCH_RESULTS", str(tmp_path_factory.mktemp("results")))
+    try:
+        run = wb.trained_weights("mingpt", steps=150, reuse=False)
+    finally:
+        mp.undo()
+    family, cfg, model = wb.load_trained(run)
+    gen = torch.Generator().manual_seed(0)  # the worker's: GenerationSpec.seed
+    prompts = [family.task_prompts(cfg, p, 1, gen) for p in TRAINED_PROMPTS]
+    reference = []
+    with torch.no_grad():
+        for seq in prompts:
+            for _ in range(TRAINED_TOKENS):
+                seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], dim=1)
+            reference.append(seq[0, -TRAINED_TOKENS:].tolist())
+    return run, reference
+
+
+TRAINED_PROMPTS, TRAINED_TOKENS = (6, 7, 8, 6), 4
+
+
+def _decode_here(weights, decode, **fields):
+    """The worker's generate() in this process, plain PyTorch: each request's tokens."""
+    from tpu_workbench.worker.generate import generate
+    from tpu_workbench.worker.pytorch import TorchBackend
+
+    spec = GenerationSpec(model="mingpt", mode="torch_eager", decode=decode,
+                          prompts=TRAINED_PROMPTS, new_tokens=TRAINED_TOKENS, buckets=(8,),
+                          weights=weights, **fields).validate()
+    summary = generate(_Context(), spec.to_dict(), TorchBackend())
+    return [rows[0] for rows in summary["tokens"]], summary
+
+
+def test_the_trained_models_tokens_are_its_full_recomputes_in_every_strategy(trained):
+    run, reference = trained
+    assert len({tuple(r) for r in reference}) > 1  # the continuation depends on the prompt
+    assert any(len(set(r)) > 1 for r in reference)  # and is not one token over and over
+    for decode in generation.STRATEGIES:
+        tokens, summary = _decode_here(str(run.out_dir), decode)
+        assert tokens == reference, decode
+        assert summary["threads"] == 1  # plain PyTorch decodes on one intra-op thread
+    # and the full recompute is the task's answer: the weights learned to sort
+    family = get_model("mingpt")
+    answers = [family.task_answer(family.config("tiny"), rows[0])
+               for rows in summary["prompt_tokens"]]
+    right = sum(a[:TRAINED_TOKENS] == r for a, r in zip(answers, reference, strict=True))
+    assert right >= len(reference) - 1, (answers, reference)
+
+
+def test_a_cache_written_at_the_wrong_position_changes_the_trained_models_tokens(
+        trained, monkeypatch):
+    """The check has teeth: decode positions one too early (each step overwrites the previous
+    token's keys and reads the wrong position embedding) give other tokens than the full
+    recompute, for the static cache."""
+    import torch
+
+    from tpu_workbench.worker import generate as worker
+
+    run, reference = trained
+
+    def one_early(start, length, device):
+        start = max(start - 1, 0) if length == 1 else start  # the prefill stays right
+        return torch.arange(start, start + length).to(device)
+
+    monkeypatch.setattr(worker, "_positions", one_early)
+    tokens, _ = _decode_here(str(run.out_dir), "static_cache")
+    assert tokens != reference
+
+
+@needs_xla
+def test_the_trained_model_decodes_on_xla_as_in_plain_pytorch(trained, results):
+    run, reference = trained
+    specs = [GenerationSpec(model="mingpt", mode="lazy", decode=d, prompts=TRAINED_PROMPTS,
+                            new_tokens=TRAINED_TOKENS, buckets=(8,), weights=str(run.out_dir))
+             for d in ("static_cache", "bucketed")]
+    got = generate_many(specs)
+    assert not got.errors, got.errors
+    for result in got.results:
+        assert [rows[0] for rows in result.summary["tokens"]] == reference, result.spec.decode
+    # bucketed shares static's programs here (cache 8 + 4, prompt 8 = bucket 8), so it ran in
+    # a fresh worker and compiled its own: one prefill and one decode step
+    bucketed = _tokens(got.results[1])
+    assert int(bucketed["compiles"].sum()) == generation.programs(
+        "bucketed", TRAINED_PROMPTS, TRAINED_TOKENS, (8,)) == 2

@@ -76,6 +76,8 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "generation_specs": ("generation.runs", "specs_for"),
     "stored_generation": ("generation.runs", "stored"),
     "generation_phase_hlo": ("generation.runs", "phase_hlo"),
+    "trained_weights": ("generation.runs", "trained_weights"),
+    "stored_weights": ("generation.runs", "stored_weights"),
     "generation_models": ("generation.spec", "generation_models"),
     "generation_modes": ("generation.spec", "generation_modes"),
     # notebooks

@@ -18,10 +18,25 @@ STRATEGY_COLORS = alt.Scale(domain=["naive", "dynamic_cache", "static_cache", "b
 WIDTH = 230  # per mode panel: three modes side by side fit a notebook's width
 
 
+def _panel(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with ``panel``, each mode's panel title: the mode and, where the frame says,
+    where it was measured (``lazy on XLA:CPU``): every time drawn is this machine's."""
+    out = frame.copy()
+    where = out.get("measured_on")
+    out["panel"] = out["mode"] if where is None else out["mode"] + " on " + where
+    return out
+
+
+def _columns(frame: pd.DataFrame) -> alt.Column:
+    """A facet column per panel, in the order the runs came (the baseline first)."""
+    return alt.Column("panel:N", title=None, sort=list(dict.fromkeys(frame["panel"])))
+
+
 def _numbered(tokens: pd.DataFrame) -> pd.DataFrame:
-    """`tokens` with ``n``, the token's place in its run (requests one after another), and
-    ``compiles_so_far``, the run's compilations up to and including that token."""
-    out = tokens.copy()
+    """`tokens` with ``n``, the token's place in its run (requests one after another),
+    ``compiles_so_far``, the run's compilations up to and including that token, and
+    ``panel`` (:func:`_panel`)."""
+    out = _panel(tokens)
     out["n"] = out.groupby("run_id").cumcount()
     out["compiles_so_far"] = out.groupby("run_id")["compiles"].cumsum()
     return out
@@ -34,8 +49,9 @@ def ms_per_token(tokens: pd.DataFrame) -> alt.FacetChart:
     ``compiles``."""
     require_columns(tokens, ["run_id", "mode", "strategy", "phase", "wall_ms", "compiles"],
                     "ms_per_token")
+    data = _numbered(tokens)
     return (
-        alt.Chart(_numbered(tokens))
+        alt.Chart(data)
         .mark_line(point=True)
         .encode(x=alt.X("n:Q", title="token of the run", axis=alt.Axis(tickMinStep=1,
                                                                         format="d")),
@@ -43,10 +59,11 @@ def ms_per_token(tokens: pd.DataFrame) -> alt.FacetChart:
                 color=alt.Color("strategy:N", scale=STRATEGY_COLORS,
                                 legend=alt.Legend(orient="bottom")),
                 tooltip=["strategy", "mode", "request", "token", "phase",
-                         alt.Tooltip("wall_ms:Q", format=".2f"), "compiles"])
+                         alt.Tooltip("wall_ms:Q", format=".3~r"), "compiles"])
         .properties(width=WIDTH, height=220)
-        .facet(column=alt.Column("mode:N", title=None))
-        .properties(title="ms per token (token 0 of a request is its prefill)")
+        .facet(column=_columns(data))
+        .properties(title="ms per token, measured on this machine (token 0 of a request is "
+                          "its prefill)")
     )
 
 
@@ -56,7 +73,8 @@ def compiles_per_token(tokens: pd.DataFrame) -> alt.FacetChart:
     at every token; the static strategies at the prefill and the first decode step only.
     Columns: ``run_id``, ``mode``, ``strategy``, ``compiles``."""
     require_columns(tokens, ["run_id", "mode", "strategy", "compiles"], "compiles_per_token")
-    base = alt.Chart(_numbered(tokens)).encode(
+    data = _numbered(tokens)
+    base = alt.Chart(data).encode(
         x=alt.X("n:O", title="token of the run"),
         y=alt.Y("strategy:N", title=None, sort=list(STRATEGY_COLORS.domain)))
     cells = base.mark_rect(stroke="white").encode(
@@ -70,7 +88,7 @@ def compiles_per_token(tokens: pd.DataFrame) -> alt.FacetChart:
         text=alt.Text("compiles:Q", format="d"),
         color=alt.condition("datum.compiles > 1", alt.value("white"), alt.value("#333")))
     return ((cells + counts).properties(width=WIDTH, height=120)
-            .facet(column=alt.Column("mode:N", title=None))
+            .facet(column=_columns(data))
             .properties(title="compilations per token (total so far in the tooltip)"))
 
 
@@ -80,7 +98,8 @@ def ttft_vs_steady(summary: pd.DataFrame) -> alt.FacetChart:
     ``steady_ms_per_token``."""
     require_columns(summary, ["mode", "strategy", "ttft_ms", "steady_ms_per_token"],
                     "ttft_vs_steady")
-    long = summary.melt(id_vars=["mode", "strategy"], value_vars=["ttft_ms",
+    data = _panel(summary)
+    long = data.melt(id_vars=["mode", "panel", "strategy"], value_vars=["ttft_ms",
                                                                   "steady_ms_per_token"],
                         var_name="what", value_name="ms").dropna(subset=["ms"])
     long["what"] = long["what"].map({"ttft_ms": "time to first token",
@@ -94,10 +113,11 @@ def ttft_vs_steady(summary: pd.DataFrame) -> alt.FacetChart:
                 x=alt.X("ms:Q", title="ms (log)", scale=alt.Scale(type="log")),
                 shape=alt.Shape("what:N", title=None, legend=alt.Legend(orient="bottom")),
                 color=alt.Color("what:N", title=None, legend=alt.Legend(orient="bottom")),
-                tooltip=["mode", "strategy", "what", alt.Tooltip("ms:Q", format=".2f")])
+                tooltip=["mode", "strategy", "what", alt.Tooltip("ms:Q", format=".3~r")])
         .properties(width=WIDTH, height=200)
-        .facet(column=alt.Column("mode:N", title=None))
-        .properties(title="time to first token vs steady decode")
+        .facet(column=_columns(data))
+        .properties(title="time to first token vs steady decode (median), measured on this "
+                          "machine")
     )
 
 
@@ -105,8 +125,9 @@ def compiles_by_phase(phases: pd.DataFrame) -> alt.FacetChart:
     """Where the compilations go: prefill vs decode, stacked per strategy, a panel per mode.
     Columns: ``mode``, ``strategy``, ``phase``, ``compiles``."""
     require_columns(phases, ["mode", "strategy", "phase", "compiles"], "compiles_by_phase")
+    data = _panel(phases)
     return (
-        alt.Chart(phases)
+        alt.Chart(data)
         .mark_bar()
         .encode(y=alt.Y("strategy:N", title=None, sort=list(STRATEGY_COLORS.domain)),
                 x=alt.X("compiles:Q", title="compilations", axis=alt.Axis(tickMinStep=1,
@@ -116,6 +137,6 @@ def compiles_by_phase(phases: pd.DataFrame) -> alt.FacetChart:
                 tooltip=["mode", "strategy", "phase", "compiles",
                          alt.Tooltip("compile_ms:Q", format=".0f")])
         .properties(width=WIDTH, height=140)
-        .facet(column=alt.Column("mode:N", title=None))
+        .facet(column=_columns(data))
         .properties(title="where the compilations go")
     )

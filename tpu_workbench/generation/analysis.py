@@ -15,6 +15,7 @@ prompts to a few lengths (``bucketed``) bounds the prefill programs too, whateve
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 STRATEGIES: dict[str, str] = {
@@ -33,10 +34,10 @@ TOKEN_COLUMNS = ["strategy", "request", "prompt_len", "token", "phase", "seq_len
                  "wall_ms", "compiles", "cached", "compile_ms", "executions", "cache_bytes",
                  "token_id", "top_logit"]
 # :func:`summarize`'s columns: one row per run.
-SUMMARY_COLUMNS = ["model", "preset", "mode", "strategy", "batch_size", "new_tokens",
-                   "requests", "ttft_ms", "steady_ms_per_token", "tokens_per_s",
-                   "compiles_total", "compiles_steady", "cache_hits", "compile_ms",
-                   "cache_bytes", "run_id"]
+SUMMARY_COLUMNS = ["model", "preset", "mode", "measured_on", "strategy", "batch_size", "new_tokens",
+                   "requests", "ttft_ms", "steady_ms_per_token", "steady_ms_p10",
+                   "steady_ms_p90", "steady_tokens", "tokens_per_s", "compiles_total",
+                   "compiles_steady", "cache_hits", "compile_ms", "cache_bytes", "run_id"]
 
 
 def bucket_for(length: int, buckets: tuple[int, ...]) -> int:
@@ -61,22 +62,37 @@ def cache_length(strategy: str, prompts: tuple[int, ...], new_tokens: int,
     return longest + new_tokens
 
 
-def programs(strategy: str, prompts: tuple[int, ...], new_tokens: int,
-             buckets: tuple[int, ...]) -> int:
-    """How many distinct programs (shapes) the strategy's decode loop asks XLA for, counted by
-    hand from the shapes each step sees: the lower bound of its compilations on a fresh worker.
+def program_shapes(strategy: str, prompts: tuple[int, ...], new_tokens: int,
+                   buckets: tuple[int, ...], cache_len: int | None = None) -> set[tuple]:
+    """The distinct programs (shapes) the strategy's decode loop asks XLA for, worked out from
+    the shapes each step feeds the model: ``(code path, phase, tokens fed, cache positions)``.
+    Two runs of one model and batch size whose sets share a member share that program (a warm
+    worker would serve it from its cache).
 
-    naive: one per sequence length fed in; dynamic_cache: one prefill per prompt length, one
-    decode per cache length; static_cache: one prefill per prompt length and one decode;
-    bucketed: one prefill per bucket used and one decode."""
+    naive: the whole sequence, one length per token, no cache; dynamic_cache: a prefill per
+    prompt length, then one token against a cache that holds one position more each step;
+    static_cache: a prefill per prompt length and one decode step, against the cache of one
+    length; bucketed: a prefill per bucket used and the same one decode step."""
     if strategy == "naive":
-        return len({p + i for p in prompts for i in range(new_tokens)})
+        return {("no cache", "step", p + i, 0) for p in prompts for i in range(new_tokens)}
     if strategy == "dynamic_cache":
-        return len(set(prompts)) + len({p + i for p in prompts for i in range(1, new_tokens)})
-    decode = 1 if new_tokens > 1 else 0
-    if strategy == "static_cache":
-        return len(set(prompts)) + decode
-    return len({bucket_for(p, buckets) for p in prompts}) + decode
+        return ({("growing cache", "prefill", p, 0) for p in prompts}
+                | {("growing cache", "decode", 1, p + i - 1) for p in prompts
+                   for i in range(1, new_tokens)})
+    length = cache_length(strategy, prompts, new_tokens, buckets, cache_len)
+    fed = prompts if strategy == "static_cache" else [bucket_for(p, buckets) for p in prompts]
+    decode = {("static cache", "decode", 1, length)} if new_tokens > 1 else set()
+    return {("static cache", "prefill", p, length) for p in fed} | decode
+
+
+def programs(strategy: str, prompts: tuple[int, ...], new_tokens: int,
+             buckets: tuple[int, ...], cache_len: int | None = None) -> int:
+    """How many distinct programs the strategy's decode loop compiles on a fresh worker,
+    counted by hand (:func:`program_shapes`): naive one per sequence length fed in;
+    dynamic_cache one prefill per prompt length and one decode per cache length;
+    static_cache one prefill per prompt length and one decode; bucketed one prefill per bucket
+    used and one decode."""
+    return len(program_shapes(strategy, prompts, new_tokens, buckets, cache_len))
 
 
 def explain(strategy: str, phase: str, shapes: dict[str, list[int]],
@@ -121,18 +137,22 @@ def steady_tokens(frame):
 
 def summarize_run(frame, batch_size: int) -> dict[str, Any]:
     """One run's figures from its token rows: time to first token (the first request's
-    prefill, compile included), steady ms per token (median), tokens/s over the batch,
-    compilations in all and in the steady decode, cache hits, compile ms, the cache's bytes."""
+    prefill, compile included), steady ms per token (median, with the 10th and 90th
+    percentiles and how many tokens they are of: a busy host shows as a wide spread),
+    tokens/s over the batch at the median, compilations in all and in the steady decode,
+    cache hits, compile ms, the cache's bytes."""
     if not len(frame):
         return {}
     steady = steady_tokens(frame)
     first = frame[(frame["request"] == frame["request"].min()) & (frame["token"] == 0)]
     ms = float(steady["wall_ms"].median()) if len(steady) else math.nan
+    spread = steady["wall_ms"].quantile([0.1, 0.9]).tolist() if len(steady) else [math.nan] * 2
     return {
         "batch_size": batch_size, "new_tokens": int(frame["token"].max()) + 1,
         "requests": int(frame["request"].nunique()),
         "ttft_ms": float(first["wall_ms"].iloc[0]) if len(first) else math.nan,
-        "steady_ms_per_token": ms,
+        "steady_ms_per_token": ms, "steady_ms_p10": float(spread[0]),
+        "steady_ms_p90": float(spread[1]), "steady_tokens": len(steady),
         "tokens_per_s": batch_size * 1e3 / ms if ms and ms == ms else math.nan,
         "compiles_total": int(frame["compiles"].sum()),
         "compiles_steady": int(steady["compiles"].sum()),
@@ -143,9 +163,98 @@ def summarize_run(frame, batch_size: int) -> dict[str, Any]:
 
 def compiles_by_phase(tokens):
     """Compilations per run and phase (prefill / decode): where the compiles go."""
-    keys = ["model", "mode", "strategy", "phase"]
+    keys = ["model", "mode", "measured_on", "strategy", "phase"]
     keys = [k for k in keys if k in tokens.columns]
     return tokens.groupby(keys, as_index=False)[["compiles", "compile_ms"]].sum()
+
+
+def continuations(outputs):
+    """The greedy continuations of :attr:`GenerationComparison.outputs` side by side: a column
+    per request, whose first rows are its prompt and what the task says follows, then a row
+    per run (``mode strategy``) holding its tokens, marked ✓ where they are the task's answer
+    and ✗ where they are not, and a last row saying whether every run wrote the same."""
+    import pandas as pd
+
+    if not len(outputs):
+        return pd.DataFrame(columns=["run"])
+    marks = {True: " ✓", False: " ✗"}
+    requests = sorted(outputs["request"].unique())
+    first = outputs.drop_duplicates("request").set_index("request")
+    rows = [{"run": "prompt", **{f"request {r}": first.at[r, "prompt"] for r in requests}},
+            {"run": "the task's answer",
+             **{f"request {r}": first.at[r, "expected"] or "(none)" for r in requests}}]
+    for (mode, strategy), run in outputs.groupby(["mode", "strategy"], sort=False):
+        run = run.set_index("request")
+        rows.append({"run": f"{mode} {strategy}",
+                     **{f"request {r}": run.at[r, "output"] + marks.get(run.at[r, "correct"], "")
+                        for r in requests if r in run.index}})
+    agree = outputs.groupby("request")["output"].nunique().eq(1)
+    rows.append({"run": "every run the same",
+                 **{f"request {r}": "yes" if agree[r] else "NO" for r in requests}})
+    return pd.DataFrame(rows)
+
+
+def outputs_note(outputs) -> str:
+    """Markdown: how many continuations of :attr:`GenerationComparison.outputs` are the task's
+    answer and how many equal plain PyTorch's reference, as numbers."""
+    checked, same = outputs["correct"].dropna(), outputs["same_as_pytorch"].dropna()
+    runs = len(outputs[["mode", "strategy"]].drop_duplicates())
+    trained = bool((outputs["weights"] == "trained").all())
+    text = (f"**{int(checked.sum())} of {len(checked)}** continuations ({runs} runs x "
+            f"{outputs['request'].nunique()} requests) are the task's answer"
+            + ("." if trained else ": random weights, so this says nothing about the caches."))
+    if len(same):
+        refs = ", ".join(sorted(set(outputs["reference"].dropna())))
+        text += (f" **{int(same.sum())} of {len(same)}** equal plain PyTorch's full recompute "
+                 f"({refs}: the whole sequence fed again for each token, no cache), in every "
+                 "batch row.")
+    else:
+        text += " No plain-PyTorch run to compare with: add `torch_eager` to the modes."
+    return text
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """`value` as text to `digits` significant digits, never in exponent form (60.0703 ->
+    "60.1", 0.70412 -> "0.704", 1615.3 -> "1,620", 9.996 -> "10.0"): a measured time quoted
+    with no more precision than a shared machine's timing has. NaN is ""."""
+    if value != value:
+        return ""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    places = digits - 1 - math.floor(math.log10(abs(value)))
+    value = round(value, places)  # 9.996 rounds up to 10.0: one place fewer then
+    places = digits - 1 - math.floor(math.log10(abs(value)))
+    return f"{round(value, places):,.{max(places, 0)}f}"
+
+
+def timing_table(summary):
+    """The per-run figures a reader compares, from :attr:`GenerationComparison.summary`: the
+    run, first-token ms, steady ms (median and p10-p90), tokens/s, compilations and the KV
+    cache's KB, floats as text to three significant digits (:func:`measured_where` says where
+    they were measured)."""
+    import pandas as pd
+
+    sig = significant
+    rows = [{"run": f"{r.mode} {r.strategy}", "first token ms": sig(r.ttft_ms),
+             "steady ms: median (p10-p90)": f"{sig(r.steady_ms_per_token)} "
+                                            f"({sig(r.steady_ms_p10)}-{sig(r.steady_ms_p90)})",
+             "tokens/s (median)": sig(r.tokens_per_s), "compilations": int(r.compiles_total),
+             "KV cache KB": sig(r.cache_bytes / 1e3) if r.cache_bytes else "0"}
+            for r in summary.itertuples()]
+    return pd.DataFrame(rows)
+
+
+def measured_where(summary) -> str:
+    """Where each mode of a summary (or tokens) frame was measured, in words:
+    ``torch_eager on plain PyTorch, CPU, 1 thread; lazy on XLA:CPU``."""
+    pairs = dict(zip(summary["mode"], summary["measured_on"], strict=True))
+    return "; ".join(f"{mode} on {where}" for mode, where in pairs.items())
+
+
+def compiling(frame):
+    """The rows of `frame` (tokens or summary) from modes that compile: all but plain
+    PyTorch's ``torch_eager``, whose every compile count is 0."""
+    return frame[frame["mode"] != "torch_eager"]
 
 
 def text_of(token_ids: list[int]) -> str:
@@ -163,3 +272,25 @@ def entry_computation(hlo_text: str) -> str:
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("}")),
                len(lines) - 1)
     return "\n".join(lines[start:end + 1])
+
+
+_PARAMETER = re.compile(r"=\s*(\S+?)(?:\{[^}]*\})?\s+parameter\((\d+)\)")
+
+
+def entry_inputs(hlo_text: str) -> list[str]:
+    """The shapes of the ENTRY computation's parameters (what the program is fed: weights,
+    caches, token ids, positions), in parameter order: ``["f32[384]", "s64[1,8]", ...]``."""
+    found = [(int(m.group(2)), m.group(1))
+             for m in _PARAMETER.finditer(entry_computation(hlo_text))]
+    return [shape for _, shape in sorted(found)]
+
+
+def compare_inputs(texts: dict[str, str]):
+    """How many inputs of each shape each program (name -> HLO text) takes, a row per shape,
+    the shapes whose counts differ first (``same`` False): what the programs differ in."""
+    import pandas as pd
+
+    counts = {name: pd.Series(entry_inputs(text)).value_counts() for name, text in texts.items()}
+    frame = pd.DataFrame(counts).fillna(0).astype(int).rename_axis("input shape").reset_index()
+    frame["same"] = frame[list(texts)].nunique(axis=1).eq(1)
+    return frame.sort_values(["same", "input shape"], kind="stable").reset_index(drop=True)

@@ -47,6 +47,11 @@ class GenerationSpec(ExperimentSpec):
         cache_len: positions of the static cache (None: the longest prompt, or the largest
             bucket, plus `new_tokens`).
         batch_size: prompts per request (None: 1).
+        weights: the folder of a completed training run that captured ``checkpoint`` (its
+            ``model.pt``; :func:`tpu_workbench.generation.runs.trained_weights` makes or
+            reuses one): the model decodes with the weights it learned, so equal greedy
+            tokens across strategies and modes check the caches. None: random weights from
+            `seed`, whose tokens check only that every strategy computes the same function.
         explain_compiles: on by default here: torch_xla's cause for every compilation.
     """
 
@@ -56,6 +61,7 @@ class GenerationSpec(ExperimentSpec):
     new_tokens: int = 16
     buckets: tuple[int, ...] = generation.DEFAULT_BUCKETS
     cache_len: int | None = None
+    weights: str | None = None
     explain_compiles: bool | None = True
 
     def __post_init__(self) -> None:
@@ -96,18 +102,52 @@ class GenerationSpec(ExperimentSpec):
             raise SpecError(f"strategy {self.decode!r} needs a sequence model (mingpt, hf:*); "
                             f"model {self.model!r} has fixed-size inputs, nothing to generate")
         cfg = family.config(self.preset, **self.options)
+        if self.weights is not None:
+            _check_weights(self)
         limit = family.positions(cfg)
-        used = max(self.prompts) + self.new_tokens
-        if self.decode == "bucketed":
-            used = max(used, max(generation.bucket_for(p, self.buckets) for p in self.prompts))
+        used = positions_used(self)
         if used > limit:
             field = getattr(family, "positions_field", "positions")
+            fix = (f" (the weights of {self.weights} were trained with {field}={limit})"
+                   if self.weights is not None else
+                   f", or set options={{'{field}': {used}}} (generation_spec.with_positions "
+                   "does)")
             raise SpecError(
-                f"prompt {max(self.prompts)} + new_tokens {self.new_tokens} needs {used} "
-                f"positions but {self.model}/{self.preset} covers {field}={limit}; generate at "
-                f"most {limit - max(self.prompts)} tokens, or set options={{'{field}': {used}}} "
-                "(generation_spec.with_positions does)")
+                f"a prompt of {max(self.prompts)} tokens and {self.new_tokens} new tokens feed "
+                f"the model {used} positions (the last new token is not fed back) but "
+                f"{self.model}/{self.preset} covers {field}={limit}; generate at most "
+                f"{limit - max(self.prompts) + 1} tokens{fix}")
         return self
+
+
+def positions_used(spec: GenerationSpec) -> int:
+    """Positions the model is fed: the longest prompt and every new token but the last (which
+    is never fed back), or the largest bucket a prompt is padded to."""
+    used = max(spec.prompts) + spec.new_tokens - 1
+    if spec.decode == "bucketed":
+        used = max(used, max(generation.bucket_for(p, spec.buckets) for p in spec.prompts))
+    return used
+
+
+def _check_weights(spec: GenerationSpec) -> None:
+    """`spec.weights` is a completed training run of this very model: its folder has
+    ``model.pt`` and a spec of the same model, preset and options."""
+    import json
+    from pathlib import Path
+
+    folder = Path(spec.weights) if isinstance(spec.weights, str) else None
+    if folder is None or not (folder / "model.pt").is_file() \
+            or not (folder / "spec.json").is_file():
+        raise SpecError(f"weights={spec.weights!r} is not the folder of a training run with a "
+                        "checkpoint (model.pt and spec.json); train one with "
+                        "capture=('checkpoint',) (generation.runs.trained_weights does) or "
+                        "pass weights=None for random weights")
+    trained = json.loads((folder / "spec.json").read_text())
+    ours = {"model": spec.model, "preset": spec.preset, "options": dict(spec.options)}
+    theirs = {k: trained.get(k) for k in ours}
+    if theirs != ours:
+        raise SpecError(f"weights {folder.name} were trained for {theirs} but this generation "
+                        f"asks for {ours}; generate with the run's model, preset and options")
 
 
 def _check_generation(spec: GenerationSpec) -> None:
@@ -159,17 +199,18 @@ def _check_generation(spec: GenerationSpec) -> None:
 def with_positions(spec: GenerationSpec) -> GenerationSpec:
     """`spec` with the model's position option raised to what the run needs, if it is short
     (minGPT tiny's block_size is 11, the sorting task's length): one option, named in the spec
-    and its results. Raises SpecError where the model has no such option."""
+    and its results. A spec with trained `weights` is returned as it is (their position table
+    is what it is)."""
     from .. import models
 
     family = models.get_model(spec.model)
     field = getattr(family, "positions_field", None)
-    if field is None or not hasattr(family, "positions"):
-        return spec
+    if field is None or not hasattr(family, "positions") or spec.weights is not None:
+        return spec  # trained weights fix the position table: validate() says if it is short
     cfg = family.config(spec.preset, **spec.options)
     # The same for every strategy (the largest bucket counts even where unused): a different
     # position table would be another random model, and the strategies' tokens must agree.
-    need = max(max(spec.prompts) + spec.new_tokens, max(spec.buckets))
+    need = max(max(spec.prompts) + spec.new_tokens - 1, max(spec.buckets))
     if family.positions(cfg) >= need:
         return spec
     return spec.replace(options={**spec.options, field: need})

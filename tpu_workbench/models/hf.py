@@ -146,6 +146,8 @@ class HFFamily(ModelFamily):
     loss = MinGPTFamily.loss
     evaluate = MinGPTFamily.evaluate
     sort_examples = MinGPTFamily.sort_examples
+    task_prompts = MinGPTFamily.task_prompts
+    task_answer = MinGPTFamily.task_answer
 
     # ---- config ---------------------------------------------------------------------------
     def config(self, preset: str, **overrides: Any) -> HFConfig:

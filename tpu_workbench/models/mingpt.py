@@ -137,6 +137,34 @@ class MinGPTFamily(ModelFamily):
                  "ok": bool((e == p).all())}
                 for d, e, p in zip(digits, expected, predicted, strict=True)]
 
+    def task_prompts(self, cfg: GPTConfig, length: int, batch_size: int,
+                     generator: torch.Generator) -> torch.Tensor:
+        """`batch_size` prompts (B, `length`) of the sorting task, for generation: ``cfg.length``
+        random digits, then the first ``length - cfg.length`` of their sorted version (an answer
+        begun, which the model is to finish). Shorter than ``cfg.length``: random digits, which
+        the task gives no answer for (:meth:`task_answer` says None), as for the random digits
+        that follow a finished answer in prompts longer than ``2 * cfg.length``."""
+        import torch
+
+        digits = torch.randint(cfg.n_digits, (batch_size, max(length, 2 * cfg.length)),
+                               generator=generator)
+        seq = torch.cat([digits[:, : cfg.length], digits[:, : cfg.length].sort(dim=1).values,
+                         digits[:, 2 * cfg.length:]], dim=1)
+        return seq[:, :length].clone()
+
+    def task_answer(self, cfg: GPTConfig, prompt: list[int]) -> list[int] | None:
+        """The tokens the sorting task says follow `prompt`: the rest of the sorted digits
+        (``2 0 1 1 0 2 0 0`` -> ``1 1 2 2``). None where `prompt` is not the start of a task
+        sequence (shorter than ``cfg.length`` digits, a digit out of range, or a begun answer
+        that is not the sorted digits)."""
+        if len(prompt) < cfg.length or any(not 0 <= t < cfg.n_digits for t in prompt):
+            return None
+        ordered = sorted(prompt[: cfg.length])
+        begun = list(prompt[cfg.length:])
+        if len(begun) > cfg.length or ordered[: len(begun)] != begun:
+            return None
+        return ordered[len(begun):]
+
     def items_per_batch(self, cfg: GPTConfig, batch_size: int) -> int:
         return batch_size * (2 * cfg.length - 1)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,6 +37,13 @@ from ..generation.spec import GenerationSpec
 from .backend import Backend
 
 _RUNS_SERVED = 0  # generate runs this worker has started (0: a cold worker)
+# Intra-op threads of a plain-PyTorch decode on the CPU. A one-token step of these models is a
+# few dozen ops too small to split, and each split op waits for its slowest thread: measured on
+# a shared 2-core host (minGPT tiny, 32 tokens, three runs per strategy), one thread gave
+# 0.26-0.28 ms medians per token idle and with a busy-looping process beside it; two threads
+# gave 0.32-0.40 ms idle but 60-180 ms medians whenever another process held a core, which
+# strategy was hit being luck (issue 34's bucketed 1,615 vs static 81 tokens/s).
+DECODE_THREADS = 1
 
 
 class MinGPTLM:
@@ -164,13 +172,42 @@ def generate(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str,
     cfg = family.config(spec.preset, **spec.options)
     torch.manual_seed(spec.seed)
     model = family.build(cfg).eval()
+    if spec.weights is not None:  # a training run's checkpoint (validated: the same model)
+        model.load_state_dict(torch.load(Path(spec.weights) / "model.pt", map_location="cpu"))
     wrap = _prepare(spec, backend)
     device = backend.device
     model.to(device)
     lm = (MinGPTLM if spec.model == "mingpt" else HFLM)(model, cfg, device)
     gen = torch.Generator().manual_seed(spec.seed)
-    vocab = getattr(cfg, "n_digits", 2)  # prompts of the task's tokens
-    prompts = [torch.randint(vocab, (spec.batch, p), generator=gen) for p in spec.prompts]
+    # The task's own prompts (digits, then a sorted answer begun) so a trained model's
+    # continuations can be checked against the task's answer.
+    if hasattr(family, "task_prompts"):
+        prompts = [family.task_prompts(cfg, p, spec.batch, gen) for p in spec.prompts]
+    else:  # a model of your own: random tokens of a small vocabulary
+        prompts = [torch.randint(2, (spec.batch, p), generator=gen) for p in spec.prompts]
+    threads, on_cpu = torch.get_num_threads(), backend.device.type == "cpu"
+    if on_cpu:  # plain PyTorch on the CPU (XLA:CPU runs its own thread pool)
+        torch.set_num_threads(DECODE_THREADS)
+    try:
+        outputs, static = _decode(ctx, spec, backend, lm, wrap, prompts)
+    finally:
+        decode_threads = torch.get_num_threads() if on_cpu else None
+        torch.set_num_threads(threads)  # a warm worker's next (training) run gets them back
+    return {
+        "model": spec.model, "preset": spec.preset, "mode": spec.mode,
+        "strategy": spec.decode, "prompts": list(spec.prompts), "new_tokens": spec.new_tokens,
+        "batch_size": spec.batch, "cache_len": static, "buckets": list(spec.buckets),
+        "n_params": models.n_params(model), "weights": spec.weights,
+        "prompt_tokens": [p.tolist() for p in prompts], "tokens": outputs,
+        "device": str(device), "threads": decode_threads, "memory": backend.memory_info(),
+        "cache": backend.cache_info(runs_before),
+    }
+
+
+def _decode(ctx: Any, spec: GenerationSpec, backend: Backend, lm: Any, wrap: Any,
+            prompts: list[torch.Tensor]) -> tuple[list[list[list[int]]], int | None]:
+    """Every request of the run, one after another: (tokens per request and batch row, the
+    static cache's length or None)."""
     with torch.no_grad():
         static = spec.cache_positions
         shared = lm.new_cache(static, spec.batch) if static is not None else None
@@ -187,15 +224,7 @@ def generate(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str,
         backend.start_counting()
         backend.after_evaluation()  # set-up's own compilations are nobody's token
         outputs = [loop.request(r, ids) for r, ids in enumerate(placed)]
-    return {
-        "model": spec.model, "preset": spec.preset, "mode": spec.mode,
-        "strategy": spec.decode, "prompts": list(spec.prompts), "new_tokens": spec.new_tokens,
-        "batch_size": spec.batch, "cache_len": static, "buckets": list(spec.buckets),
-        "n_params": models.n_params(model),
-        "prompt_tokens": [p.tolist() for p in prompts], "tokens": outputs,
-        "device": str(device), "memory": backend.memory_info(),
-        "cache": backend.cache_info(runs_before),
-    }
+    return outputs, static
 
 
 class _Loop:
