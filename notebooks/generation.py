@@ -20,8 +20,7 @@ with app.setup:
     # dozen decode tokens. 8 + 4 - 1 = 11 positions: all that minGPT tiny is trained on.
     PROMPTS, NEW_TOKENS, BUCKETS = (6, 7, 8, 6, 7, 8), 4, (8, 11)
     TRAIN_STEPS = 30 if SMOKE else None  # None: the library's default
-    # Sections that have run since the notebook opened (see `nb.may_measure`).
-    OPENED: set[str] = set()
+    SECTIONS = nb.Sections()
 
 
 @app.cell(hide_code=True)
@@ -88,9 +87,12 @@ def _(model, run_generation, weights):
     _steps = {"steps": TRAIN_STEPS} if TRAIN_STEPS else {}
     trained = None
     if weights.value == "trained":
-        _go = nb.may_measure(OPENED, "weights", run_generation.value)
-        _stored = wb.stored_weights(model.value, **_steps) if nb.reuse_ok() else None
-        if _stored is not None or _go:
+        _reuse = SECTIONS.reuse(
+            "weights", run_generation.value,
+            lambda: wb.stored_weights(model.value, **_steps) is not None,
+            waiting=f"Press **run** above to train {model.value} on its task (then decode).")
+        if _reuse is not None:
+            _stored = wb.stored_weights(model.value, **_steps) if _reuse else None
             with mo.status.spinner(title=f"training {model.value} on its task"):
                 trained = _stored or wb.trained_weights(model.value, reuse=False, **_steps)
             mo.output.replace(mo.md(
@@ -99,10 +101,6 @@ def _(model, run_generation, weights):
                 f"**{trained.summary['metric']:.0%}** of the sorted half's tokens right on "
                 f"held-out sequences, each from the true prefix (a model that guesses: "
                 f"{1 / task_digits(model.value):.0%})."))
-        else:
-            mo.output.replace(mo.callout(mo.md(
-                f"Press **run** above to train {model.value} on its task (then decode)."),
-                kind="info"))
     else:
         mo.output.replace(mo.callout(mo.md(
             "**Random weights**: equal tokens in every strategy and mode then show only that "
@@ -145,9 +143,11 @@ def _(batch, model, modes, strategies, trained, weights):
 def _(gen_specs, run_generation):
     comparison = None
     if gen_specs is not None:
-        _go = nb.may_measure(OPENED, "generation", run_generation.value)
-        _reuse = nb.reuse_ok() and not run_generation.value
-        if _go or (_reuse and all(wb.stored_generation(_s) for _s in gen_specs)):
+        _reuse = SECTIONS.reuse(
+            "generation", run_generation.value,
+            lambda: all(wb.stored_generation(_s) for _s in gen_specs),
+            waiting="Press **run** above to generate with these settings.")
+        if _reuse is not None:
             with mo.status.progress_bar(total=len(gen_specs), title="generating",
                                         remove_on_exit=True) as _bar:
                 comparison = wb.generate_many(
@@ -155,9 +155,6 @@ def _(gen_specs, run_generation):
                     reuse=_reuse)
             mo.output.replace(mo.vstack([*nb.run_failures(comparison, comparison.summary),
                                          mo.md(nb.provenance(comparison.results))]))
-        else:
-            mo.output.replace(mo.callout(mo.md(
-                "Press **run** above to generate with these settings."), kind="info"))
     return (comparison,)
 
 
@@ -311,9 +308,10 @@ def _(model, run_hlo):
             _spec = None
             mo.output.replace(nb.failed_run_callout("bucketed run", exc))
         if _spec is not None:
-            _go = nb.may_measure(OPENED, "hlo", run_hlo.value)
-            _reuse = nb.reuse_ok() and not run_hlo.value
-            if _go or (_reuse and wb.stored_generation(_spec)):
+            _reuse = SECTIONS.reuse("hlo", run_hlo.value,
+                                    lambda: wb.stored_generation(_spec) is not None,
+                                    waiting="Press **run** above to measure it.")
+            if _reuse is not None:
                 with mo.status.spinner(title="bucketed run with its HLO captured"):
                     _runs = wb.generate_many([_spec], reuse=_reuse)
                 _problems = nb.run_failures(_runs, _runs.summary)
@@ -325,9 +323,6 @@ def _(model, run_hlo):
                             f"{sorted(hlo_texts)}"))
                         hlo_texts = None
                 mo.output.replace(mo.vstack([*_problems, mo.md(nb.provenance(_runs.results))]))
-            else:
-                mo.output.replace(mo.callout(mo.md("Press **run** above to measure it."),
-                                             kind="info"))
     return (hlo_texts,)
 
 
