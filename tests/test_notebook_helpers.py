@@ -52,9 +52,16 @@ def test_outside_xla_text_tells_not_measured_from_none_found():
                   {"mode": "dynamo", "kind": "fallback", "op": "aten::nonzero", "count": 69},
                   {"mode": "dynamo", "kind": "graph_break", "op": "Data-dependent branching",
                    "count": 1})
+    found.loc[2, ["where", "line", "note"]] = ["m.py:36 in forward", "if mask.any():",
+                                               "Dynamo gave up on all of `forward`"]
     text = nb.outside_xla_text(found)
     assert "**1 kind(s) of CPU fallbacks** in `dynamo`" in text
     assert "**1 kind(s) of graph breaks** in `dynamo`" in text
+    # each one found, in full: where, the source line and what it means
+    assert "- **CPU fallback** `aten::nonzero` (mode `dynamo`): 69 call(s)" in text
+    assert ("- **graph break** (Data-dependent branching, mode `dynamo`) at "
+            "`m.py:36 in forward`: `if mask.any():`") in text
+    assert "Dynamo gave up on all of `forward`." in text
 
 
 def test_example_model_names_the_checkouts_file():

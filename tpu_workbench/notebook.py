@@ -427,7 +427,8 @@ def config_form(fields: dict[str, Any], label: str = "use this config"):
 def outside_xla_text(outside) -> str:
     """Markdown: what :func:`tpu_workbench.fallbacks` found, saying which modes measured each
     kind (CPU fallbacks: torch_xla's modes; graph breaks: dynamo and inductor) and, where no
-    run measured graph breaks, that none was looked for rather than that there are none."""
+    run measured graph breaks, that none was looked for rather than that there are none; then
+    one bullet per op or break found (where, how often, what it means), wrapped in full."""
     if not len(outside):
         return ("_No run above measures this: plain PyTorch counts neither CPU fallbacks nor "
                 "graph breaks. Pick `lazy` or `compile` (fallbacks) and `dynamo` (graph "
@@ -444,7 +445,22 @@ def outside_xla_text(outside) -> str:
         modes = ", ".join(f"`{m}`" for m in dict.fromkeys((found if len(found) else rows)["mode"]))
         parts.append(f"**{len(found)} kind(s) of {what}** in {modes}" if len(found) else
                      f"**no {what}** in {modes}")
-    return "; ".join(parts) + "."
+    found = outside[outside["count"] > 0]
+    return "; ".join(parts) + "." + "".join("\n\n" + _outside_item(r) for r in
+                                          found.to_dict("records"))
+
+
+def _outside_item(row: dict) -> str:
+    """One bullet of :func:`outside_xla_text`: an op or a break, where, how often, its note."""
+    if row["kind"] == "fallback":
+        head = (f"- **CPU fallback** `{row['op']}` (mode `{row['mode']}`): {row['count']} "
+                f"call(s), {row['per_step']:g} per step, steps {row['steps']}")
+    else:
+        where = f" at `{row['where']}`" if row.get("where") else ""
+        line = f": `{' '.join(str(row['line']).split())}`" if row.get("line") else ""
+        head = (f"- **graph break** ({row['op']}, mode `{row['mode']}`){where}{line}; "
+                f"{row['count']} time(s), step(s) {row['steps']}")
+    return f"{head}. {row['note']}." if row.get("note") else f"{head}."
 
 
 def example_model(name: str) -> str | None:
