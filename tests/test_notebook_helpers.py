@@ -61,7 +61,7 @@ def test_outside_xla_text_tells_not_measured_from_none_found():
     assert "- **CPU fallback** `aten::nonzero` (mode `dynamo`): 69 call(s)" in text
     assert ("- **graph break** (Data-dependent branching, mode `dynamo`) at "
             "`m.py:36 in forward`: `if mask.any():`") in text
-    assert "Dynamo gave up on all of `forward`." in text
+    assert ": Dynamo gave up on all of `forward`." in text
 
 
 def test_example_model_names_the_checkouts_file():

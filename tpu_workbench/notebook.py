@@ -460,7 +460,7 @@ def _outside_item(row: dict) -> str:
         line = f": `{' '.join(str(row['line']).split())}`" if row.get("line") else ""
         head = (f"- **graph break** ({row['op']}, mode `{row['mode']}`){where}{line}; "
                 f"{row['count']} time(s), step(s) {row['steps']}")
-    return f"{head}. {row['note']}." if row.get("note") else f"{head}."
+    return f"{head}: {row['note']}." if row.get("note") else f"{head}."
 
 
 def example_model(name: str) -> str | None:
