@@ -80,6 +80,48 @@ def check_attention(cases: Iterable[tuple] = ATTENTION_CASES,
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+# (q_len, block_q, block_k, causal, dtype, heads, head_dim, seed) -> check_shape's result
+_SHAPE_CHECKS: dict[tuple, dict] = {}
+
+
+def check_shape(q_len: int, block_q: int, block_k: int, causal: bool, dtype: str,
+                heads: int = 4, head_dim: int = 32, seed: int = 0,
+                reuse: bool = True) -> dict:
+    """The attention kernel on one shape, random q/k/v (1, heads, q_len, head_dim) of `dtype`
+    (self-attention: kv_len = q_len), against :func:`attention_reference`: ``shape``,
+    ``rel_error``, ``tolerance``, ``ok`` and the seconds of the first call (which traces the
+    interpret-mode simulation), of a second call (``interpret_s``) and of the reference.
+    Kept per shape in this process: ``reuse=True`` returns a shape checked before at once
+    (:func:`shape_checked` says whether there is one), ``reuse=False`` measures it again."""
+    key = (q_len, block_q, block_k, causal, dtype, heads, head_dim, seed)
+    if reuse and key in _SHAPE_CHECKS:
+        return _SHAPE_CHECKS[key]
+    gen = torch.Generator().manual_seed(seed)
+    shape = (1, heads, q_len, head_dim)
+    q, k, v = (_randn(shape, DTYPES[dtype], gen) for _ in range(3))
+    seconds = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        out = torch_bridge.flash_attention(q, k, v, causal=causal, block_q=block_q,
+                                           block_k=block_k)
+        seconds.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    ref = attention_reference(q, k, v, causal)
+    reference_s = time.perf_counter() - t0
+    err = relative_error(out, ref)
+    result = {"shape": shape, "rel_error": err, "tolerance": TOLERANCE[dtype],
+              "ok": err <= TOLERANCE[dtype], "first_s": seconds[0], "interpret_s": seconds[1],
+              "reference_s": reference_s}
+    _SHAPE_CHECKS[key] = result
+    return result
+
+
+def shape_checked(q_len: int, block_q: int, block_k: int, causal: bool, dtype: str,
+                  heads: int = 4, head_dim: int = 32, seed: int = 0) -> bool:
+    """Whether :func:`check_shape` of these arguments ran in this process already."""
+    return (q_len, block_q, block_k, causal, dtype, heads, head_dim, seed) in _SHAPE_CHECKS
+
+
 def main() -> None:
     """Print the check of both kernels over the default cases."""
     table = pd.concat([check_rmsnorm(), check_attention()], ignore_index=True)

@@ -86,15 +86,73 @@ def rmsnorm_schedule(rows: int, dim: int, block_rows: int,
                          "valid_end": np.minimum(start + block_rows, rows), "vmem_bytes": vmem})
 
 
+def attention_vmem_table(block_q: int, block_k: int, head_dim: int,
+                         dtype: str = "float32") -> pd.DataFrame:
+    """One row per VMEM buffer the attention kernel holds at each grid step: ``buffer`` (Q,
+    K, V, O, m, l, acc), ``holds``, ``rows`` x ``width`` (the block as the kernel declares it),
+    ``dtype``, ``copies`` (2 for the Q/K/V/O tiles, which the pipeline double-buffers: one
+    computed on, one being copied; 1 for the float32 scratch), ``lanes`` (``width`` padded to
+    whole 128-lane rows, as VMEM stores a tile), ``bytes`` (as stored) and ``value_bytes`` (the
+    values alone, without the lane padding). m and l are 128 lanes wide by design (one value
+    per row, repeated across the lanes), acc is as wide as the head."""
+    check_attention_blocks((1, block_q, head_dim), (1, block_k, head_dim), dtype, block_q,
+                           block_k)
+    itemsize = 4 if sublane_multiple(dtype) == 8 else 2
+    rows = [("Q", "query rows", block_q, head_dim, dtype, 2),
+            ("K", "key rows", block_k, head_dim, dtype, 2),
+            ("V", "value rows", block_k, head_dim, dtype, 2),
+            ("O", "output rows", block_q, head_dim, dtype, 2),
+            ("m", "running max per query row", block_q, LANES, "float32", 1),
+            ("l", "running sum per query row", block_q, LANES, "float32", 1),
+            ("acc", "unnormalised output", block_q, head_dim, "float32", 1)]
+    frame = pd.DataFrame(rows, columns=["buffer", "holds", "rows", "width", "dtype", "copies"])
+    size = np.where(frame["dtype"] == "float32", 4, itemsize)
+    frame["lanes"] = [round_up(w, LANES) for w in frame["width"]]
+    frame["bytes"] = frame["copies"] * frame["rows"] * frame["lanes"] * size
+    frame["value_bytes"] = frame["copies"] * frame["rows"] * frame["width"] * size
+    frame["block"] = frame["rows"].astype(str) + " x " + frame["width"].astype(str)
+    return frame
+
+
+def vmem_text(block_q: int, block_k: int, head_dim: int, dtype: str = "float32") -> str:
+    """Markdown: the VMEM of one grid step of :func:`attention_vmem_table`, as stored and (where
+    lanes are padded) as values alone, saying where the figure comes from."""
+    table = attention_vmem_table(block_q, block_k, head_dim, dtype)
+    total, values = table["bytes"].sum() / 1024, table["value_bytes"].sum() / 1024
+    padding = (f": head_dim {head_dim} is padded to {round_up(head_dim, LANES)} lanes, so the "
+               f"values themselves are only {values:,.0f} KiB of it" if values < total else
+               "; no buffer needs lane padding")
+    return (f"**{total:,.0f} KiB of VMEM per grid step** for block_q {block_q}, block_k "
+            f"{block_k}, head_dim {head_dim}, {dtype}, as VMEM stores it{padding}. Counted "
+            "from the kernel's own block shapes (`kernels.tiling`), not measured.")
+
+
 def attention_vmem_bytes(block_q: int, block_k: int, head_dim: int,
                          dtype: str = "float32") -> dict[str, int]:
-    """VMEM the attention kernel needs per grid step, by buffer: Q and O tiles
-    (block_q x head_dim), K and V tiles (block_k x head_dim), each double-buffered by the
-    pipeline, and the float32 scratch (m and l: block_q x 128, acc: block_q x head_dim).
-    Tiles are counted padded to whole (sublane, 128-lane) tiles, as VMEM stores them."""
-    itemsize = 4 if sublane_multiple(dtype) == 8 else 2
-    lanes = round_up(head_dim, LANES)
-    io = {name: 2 * rows * lanes * itemsize
-          for name, rows in (("Q", block_q), ("K", block_k), ("V", block_k), ("O", block_q))}
-    scratch = {"m": block_q * LANES * 4, "l": block_q * LANES * 4, "acc": block_q * lanes * 4}
-    return {**io, **scratch, "total": sum(io.values()) + sum(scratch.values())}
+    """VMEM the attention kernel needs per grid step, by buffer of
+    :func:`attention_vmem_table` (bytes as VMEM stores them: lanes padded to 128), with their
+    ``total`` and ``values`` (the same buffers without the lane padding)."""
+    table = attention_vmem_table(block_q, block_k, head_dim, dtype)
+    return {**{b: int(n) for b, n in zip(table["buffer"], table["bytes"], strict=True)},
+            "total": int(table["bytes"].sum()), "values": int(table["value_bytes"].sum())}
+
+
+def step_text(schedule: pd.DataFrame, step: int) -> str:
+    """Markdown: what grid step `step` of an :func:`attention_schedule` does (its grid point,
+    the rows it holds, whether it computes, what the pipeline copies from HBM for it) and how
+    many of the head's steps are skipped."""
+    here = schedule[schedule["step"] == step].set_index("operand")
+    if here.empty:
+        raise ValueError(f"step={step} is not a grid step of this schedule: valid steps are "
+                         f"0 to {int(schedule['step'].max())}")
+    q, k = here.loc["Q"], here.loc["K"]
+    copies = ", ".join(op for op in "QKV" if here.loc[op, "fetched"]) or "nothing"
+    queries = schedule[schedule["operand"] == "Q"]
+    skipped = int((~queries["computes"]).sum())
+    what = ("computes" if q.computes else
+            "**skipped**: every key of the block is after every query of the block; K/V "
+            f"hold block {k.block}, the one the next q block starts with")
+    return (f"Step **{step}** = grid point (q block {q.q_block}, kv block {q.kv_block}): "
+            f"Q rows {q.row_start}-{q.row_end - 1}, K/V rows {k.row_start}-{k.row_end - 1} "
+            f"({what}). Copied from HBM for this step: {copies}. Of the {len(queries)} grid "
+            f"steps of one head, {skipped} are skipped.")

@@ -269,7 +269,7 @@ def _():
     backend_is_tpu = wb.describe()["tpu"]["available"]
     run_persistent = mo.ui.run_button(label="run the two-process check")
     run_persistent
-    return (run_persistent,)
+    return backend_is_tpu, run_persistent
 
 
 @app.cell

@@ -4,16 +4,15 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Custom kernels: Pallas on TPU, checked on CPU")
 
 with app.setup:
-    import time
-
     import marimo as mo
     import pandas as pd
     import torch
 
     import kernels
     import tpu_workbench as wb
-    from kernels import bench, check, lowering, tiling, torch_bridge
+    from kernels import bench, check, lowering, tiling
     from tpu_workbench import notebook as nb
+    from tpu_workbench.exercises import pallas_kernels as exercise
 
     SMOKE = wb.smoke_mode()
     TPU = wb.tpu_status()
@@ -21,47 +20,8 @@ with app.setup:
     # The shape the pictures and the numerical check start with.
     DEFAULT_BLOCKS = dict(q_len=200, kv_len=200, block_q=64, block_k=128, causal=True,
                           head_dim=HEAD_DIM, dtype="float32")
-
-
-@app.function
-@mo.cache
-def check_shape(q_len: int, block_q: int, block_k: int, causal: bool, dtype: str,
-                heads: int) -> dict:
-    """The attention kernel in interpret mode on random q/k/v (1, heads, q_len, HEAD_DIM)
-    against the PyTorch reference: relative error and the seconds of the first call (traces
-    the simulation), a second call and the reference. Cached per shape: a shape checked once
-    is shown again at once."""
-    dt = check.DTYPES[dtype]
-    gen = torch.Generator().manual_seed(0)
-    shape = (1, heads, q_len, HEAD_DIM)
-    q, k, v = (torch.randn(shape, generator=gen).to(dt) for _ in range(3))
-    seconds = []
-    for _ in range(2):
-        t0 = time.perf_counter()
-        out = torch_bridge.flash_attention(q, k, v, causal=causal, block_q=block_q,
-                                           block_k=block_k)
-        seconds.append(time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    ref = check.attention_reference(q, k, v, causal)
-    reference_s = time.perf_counter() - t0
-    return {"shape": shape, "rel_error": kernels.relative_error(out, ref),
-            "first_s": seconds[0], "interpret_s": seconds[1], "reference_s": reference_s}
-
-
-@app.function
-def skipped_verdict(answer: float | None, skipped: int, total: int) -> tuple[str, str]:
-    """(callout kind, markdown) for the exercise: a prompt until an answer is submitted, a
-    range message outside 0-`total`, else the worked answer and whether it matches."""
-    if answer is None:
-        return "neutral", "Enter a number of grid steps and press **check**."
-    if answer != int(answer) or not 0 <= answer <= total:
-        return "danger", (f"{answer:g} is not a number of grid steps here: enter a whole "
-                          f"number from 0 to {total}.")
-    worked = (f"{skipped} of {total} steps are skipped (8 q blocks x 4 kv blocks; q blocks "
-              "0-1 skip kv blocks 1-3, 2-3 skip 2-3, 4-5 skip 3).")
-    if int(answer) == skipped:
-        return "success", f"Right: {worked}"
-    return "warn", f"You answered {int(answer)}. {worked}"
+    # When each section measures: on open, then on its button (notebook.Sections).
+    SECTIONS = nb.Sections()
 
 
 @app.cell(hide_code=True)
@@ -88,7 +48,7 @@ def _():
     `options={{"attention": "pallas"}}`.
 
     **Here:** {"a TPU, so the kernels run compiled" if TPU.available else
-               f"no TPU, so the kernels run in interpret mode. Why: {TPU.reason}"}.
+               f"{nb.tpu_reason(TPU)}, so the kernels run in interpret mode on this CPU"}.
     """)
     return
 
@@ -110,8 +70,9 @@ def _():
     $$m' = \max(m, \max_j s_j),\quad \ell' = e^{m - m'}\ell + \sum_j e^{s_j - m'},\quad
     \mathrm{acc}' = e^{m - m'}\,\mathrm{acc} + e^{s - m'} V_j$$
 
-    and writes $\mathrm{acc}/\ell$ after the last key block. Pick a shape and blocks (the
-    pictures are computed from the kernel's own block sizes and index maps):
+    and writes $\mathrm{acc}/\ell$ after the last key block. Pick a shape and blocks (head_dim
+    is 32 on this page; the pictures are computed from the kernel's own block sizes and index
+    maps):
     """)
     return
 
@@ -140,49 +101,37 @@ def _(block_k, block_q, causal, dtype, seq_len):
         block_error = None
     except ValueError as e:  # raised in plain Python, before anything is traced
         schedule, block_error = None, str(e)
-    mo.stop(block_error is not None, mo.callout(mo.md(
+    _steps = 1 if schedule is None else int(schedule["step"].max()) + 1
+    step = mo.ui.slider(start=0, stop=max(_steps - 1, 1), value=min(3, _steps - 1),
+                        label="grid step", show_value=True)
+    # Refused blocks: the sections below that need a schedule show nothing (no mo.stop, which
+    # would put marimo's "Ancestor stopped" box in every one of them).
+    mo.callout(mo.md(
         f"**The kernel refuses these blocks** (checked before tracing):\n\n`{block_error}`\n\n"
         "TPU tiles are (8 sublanes x 128 lanes) of 32-bit words: a block's second-to-last dim "
         "must be a multiple of 8 (16 for bf16, two rows per word), and block_k is the lane dim "
-        "of the score tile, so a multiple of 128."), kind="danger"))
-    n_steps = int(schedule["step"].max()) + 1
-    step = mo.ui.slider(start=0, stop=max(n_steps - 1, 1), value=min(3, n_steps - 1),
-                        label="grid step", show_value=True)
-    step
+        "of the score tile, so a multiple of 128. The pictures, the check and the HLO below "
+        "wait for blocks the kernel takes."), kind="danger") if block_error else step
     return blocks, schedule, step
 
 
 @app.cell
-def _(blocks, schedule, step):
-    _here = schedule[schedule["step"] == step.value].set_index("operand")
-    _q, _k = _here.loc["Q"], _here.loc["K"]
-    _vmem = tiling.attention_vmem_bytes(blocks["block_q"], blocks["block_k"], blocks["head_dim"],
-                                        blocks["dtype"])
-    _copies = ", ".join(op for op in "QKV" if _here.loc[op, "fetched"]) or "nothing"
-    _skipped = int((~schedule[schedule["operand"] == "Q"]["computes"]).sum())
-    mo.md(f"""
-    Step **{step.value}** = grid point (q block {_q.q_block}, kv block {_q.kv_block}):
-    Q rows {_q.row_start}-{_q.row_end - 1}, K/V rows {_k.row_start}-{_k.row_end - 1}
-    ({"computes" if _q.computes else "**skipped**: every key is after every query"}).
-    Copied from HBM for this step: {_copies}. Of {len(schedule) // 4} steps per head,
-    {_skipped} are skipped. VMEM per step: {_vmem["total"] / 1024:,.0f} KiB
-    (Q, K, V, O double-buffered, plus {(_vmem["m"] + _vmem["l"] + _vmem["acc"]) / 1024:,.0f}
-    KiB of float32 scratch).
-    """)
+def _(schedule, step):
+    mo.md(tiling.step_text(schedule, step.value)) if schedule is not None else None
     return
 
 
 @app.cell
 def _(schedule, step):
-    wb.charts.kernel_schedule(schedule, step=step.value)
+    wb.charts.kernel_schedule(schedule, step=step.value) if schedule is not None else None
     return
 
 
 @app.cell
-def _(blocks, step):
-    wb.charts.score_tiles(tiling.score_tiles(
+def _(blocks, schedule, step):
+    (wb.charts.score_tiles(tiling.score_tiles(
         blocks["q_len"], blocks["kv_len"], blocks["block_q"], blocks["block_k"],
-        blocks["causal"]), step=step.value)
+        blocks["causal"]), step=step.value) if schedule is not None else None)
     return
 
 
@@ -193,7 +142,28 @@ def _():
     starts with, so the pipeline copies nothing during skipped steps (the trick of jax's own
     TPU flash attention). Rows past the sequence length are padding: keys there get a large
     negative score, query rows there are sliced off.
+
+    **VMEM per grid step** is the same at every step: the buffers below, counted as VMEM
+    stores them. A tile's last dim is its **lanes**, and VMEM stores whole rows of 128 lanes:
+    a last dim narrower than 128 is padded up to 128 (or a multiple of 128). The pipeline keeps
+    **two copies** of each Q, K, V and O tile (one computed on while the next is copied in);
+    the scratch buffers are **float32** whatever the inputs' dtype, one copy each, and m and
+    $\ell$ are **128 lanes wide** by design (one value per row, repeated across the lanes).
     """)
+    return
+
+
+@app.cell
+def _(blocks, schedule):
+    _b = [blocks[k] for k in ("block_q", "block_k", "head_dim", "dtype")]
+    _t = None if schedule is None else tiling.attention_vmem_table(*_b)
+    mo.vstack([
+        mo.md(tiling.vmem_text(*_b)),
+        nb.table(_t.assign(KiB=_t["bytes"] / 1024, values_KiB=_t["value_bytes"] / 1024)[
+            ["buffer", "holds", "block", "dtype", "copies", "lanes", "KiB", "values_KiB"]],
+            label="VMEM of one grid step, per buffer (block: rows x width as the kernel "
+                  "declares it; KiB: as stored, lanes padded; values_KiB: the values alone)"),
+    ]) if _t is not None else None
     return
 
 
@@ -204,7 +174,8 @@ def _():
 
     Random inputs, relative error $\max|y - y_{ref}| / \max|y_{ref}|$, with shapes that are
     and are not multiples of the blocks, in float32 and bfloat16 (the references compute in
-    float32 and round once). First your shape from above, then the cases the tests assert:
+    float32 and round once). Measured on this CPU, the kernels in Pallas' interpret mode. First
+    your shape from above, then the cases the tests assert.
     """)
     return
 
@@ -214,31 +185,32 @@ def _():
     check_button = mo.ui.run_button(label="check this shape")
     mo.hstack([check_button, mo.md(
         "_Runs the kernel in interpret mode on the shape above: seconds at the default "
-        "shape, about half a minute at 1024 tokens. The default shape is checked on open._")],
-        justify="start", align="center")
+        "shape, about half a minute at 1024 tokens. The shape above is checked when the "
+        "page opens; after that, a shape checked before is shown again at once and a new one "
+        "waits for this button._")], justify="start", align="center")
     return (check_button,)
 
 
 @app.cell
-def _(blocks, check_button):
-    _asked = check_button.value or blocks == DEFAULT_BLOCKS
-    if _asked:
-        with mo.status.spinner(title="running the kernel in interpret mode"):
-            mine = check_shape(blocks["q_len"], blocks["block_q"], blocks["block_k"],
-                               blocks["causal"], blocks["dtype"], 2 if SMOKE else 4)
-        _tol = check.TOLERANCE[blocks["dtype"]]
-        _what = (f"Your shape, q/k/v {mine['shape']} {blocks['dtype']}, "
-                 f"causal={blocks['causal']}: relative error {mine['rel_error']:.2e} "
-                 f"(tolerance {_tol:.0e})")
-        _out = (mo.callout(mo.md(f"{_what}: within tolerance."), kind="success")
-                if mine["rel_error"] <= _tol else
-                nb.failed_run_callout("flash attention vs reference",
-                                      f"{_what}: above tolerance"))
-    else:
+def _(blocks, check_button, schedule):
+    _args = (blocks["q_len"], blocks["block_q"], blocks["block_k"], blocks["causal"],
+             blocks["dtype"], 2 if SMOKE else 4, HEAD_DIM)
+    _reuse = None if schedule is None else SECTIONS.reuse(
+        "check", check_button.value, lambda: check.shape_checked(*_args),
+        waiting="Press **check this shape** to run the kernel on these blocks (nothing runs "
+                "before that).")
+    if _reuse is None:
         mine = None
-        _out = mo.md("_Press **check this shape** to compare the kernel with the reference on "
-                     "the shape picked above._")
-    _out
+    else:
+        with mo.status.spinner(title="running the kernel in interpret mode"):
+            mine = check.check_shape(*_args, reuse=_reuse)
+    _what = "" if mine is None else (
+        f"Your shape, q/k/v {mine['shape']} {blocks['dtype']}, causal={blocks['causal']}: "
+        f"relative error {mine['rel_error']:.2e} (tolerance {mine['tolerance']:.0e}; measured "
+        "on this CPU in interpret mode)")
+    (None if mine is None else
+     mo.callout(mo.md(f"{_what}: within tolerance."), kind="success") if mine["ok"] else
+     nb.failed_run_callout("flash attention vs reference", f"{_what}: above tolerance"))
     return (mine,)
 
 
@@ -256,8 +228,22 @@ def _():
 @app.cell
 def _(checks):
     _sci = {c: checks[c].map("{:.1e}".format) for c in ("rel_error", "tolerance")}
-    nb.table(checks[["kernel", "dtype", "shape", "blocks"]].assign(**_sci), page_size=12,
-             label="kernel vs reference (the tests assert rel_error <= tolerance)")
+    nb.table(checks[["kernel", "dtype", "shape", "blocks"]].assign(
+        **_sci, exact=checks["rel_error"] == 0), page_size=12,
+        label="kernel vs reference (the tests assert rel_error <= tolerance; exact: equal "
+              "bit for bit)")
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    A relative error of exactly **0** means the kernel's output equals the reference's bit for
+    bit; the chart draws it apart (a diamond left of the axis), because a log axis has no
+    place for 0. In bfloat16 that is no accident: both sides compute in float32 and round once,
+    and their float32 differences (the order of a sum) are far below bfloat16's step of about
+    $4 \times 10^{-3}$, so they round to the same value. In float32 nothing hides them.
+    """)
     return
 
 
@@ -269,35 +255,41 @@ def _():
     Compiled (`interpret=False`), a `pallas_call` becomes **one** `tpu_custom_call` in the
     program XLA receives; its `backend_config` carries the Mosaic kernel as MLIR bytecode that
     libtpu compiles. Lowering for the TPU platform needs no TPU, so here is the StableHLO of the
-    attention wrapper for your shape: padding to block multiples, the custom call, slicing.
-    torch_xla's `make_kernel_from_pallas` takes exactly this payload and inserts it into
-    PyTorch's lazy graph. (In interpret mode there is no custom call: the grid becomes an XLA
-    loop with host callbacks that simulate VMEM and the DMAs.)
+    attention wrapper for your shape (lowered here, not compiled or run): padding to block
+    multiples, the custom call, slicing. torch_xla's `make_kernel_from_pallas` takes exactly
+    this payload and inserts it into PyTorch's lazy graph. (In interpret mode there is no
+    custom call: the grid becomes an XLA loop with host callbacks that simulate VMEM and the
+    DMAs.)
     """)
     return
 
 
 @app.cell
-def _(blocks):
-    _hlo = lowering.attention_stablehlo(2, blocks["q_len"], blocks["kv_len"], HEAD_DIM,
-                                        dtype=blocks["dtype"], block_q=blocks["block_q"],
-                                        block_k=blocks["block_k"], causal=blocks["causal"])
-    calls = lowering.custom_calls(_hlo)
-    _mosaic = lowering.attention_mosaic(2, blocks["q_len"], blocks["kv_len"], HEAD_DIM,
-                                        dtype=blocks["dtype"], block_q=blocks["block_q"],
-                                        block_k=blocks["block_k"], causal=blocks["causal"])
-    _mosaic = _mosaic[_mosaic.find("The Mosaic module"):]
-    mo.vstack([
-        nb.table(calls[["target", "kernel_name", "signature", "payload_bytes"]],
-                 label="custom calls in the lowered program"),
-        mo.plain_text(lowering.shorten(_hlo)),
-        mo.md("Inside the payload (Pallas prints it with `debug=True`): the block shapes are "
-              "`window_bounds`, the index maps are the `transform_*` functions, the grid is "
-              "`iteration_bounds`, and the kv axis is `arbitrary` (sequential: the scratch "
-              "carries state across it) while the others are `parallel`."),
-        mo.accordion({"Mosaic MLIR of the attention kernel": mo.plain_text(_mosaic)}),
-    ])
-    return (calls,)
+def _(blocks, schedule):
+    if schedule is not None:
+        _kw = dict(dtype=blocks["dtype"], block_q=blocks["block_q"],
+                   block_k=blocks["block_k"], causal=blocks["causal"])
+        _hlo = lowering.attention_stablehlo(2, blocks["q_len"], blocks["kv_len"], HEAD_DIM,
+                                            **_kw)
+        calls = lowering.custom_calls(_hlo)
+        _mosaic = lowering.attention_mosaic(2, blocks["q_len"], blocks["kv_len"], HEAD_DIM,
+                                            **_kw)
+        _view = mo.vstack([
+            nb.table(calls[["target", "kernel_name", "operands", "payload_bytes"]],
+                     label="custom calls in the lowered program (their types: in the program "
+                           "below)"),
+            nb.code_block(lowering.shorten(_hlo), max_height_px=900),
+            mo.md("Inside the payload (Pallas prints it with `debug=True`): the block shapes "
+                  "are `window_bounds`, the index maps are the `transform_*` functions, the "
+                  "grid is `iteration_bounds`, and the kv axis is `arbitrary` (sequential: the "
+                  "scratch carries state across it) while the others are `parallel`."),
+            mo.accordion({"Mosaic MLIR of the attention kernel": nb.code_block(
+                _mosaic[_mosaic.find("The Mosaic module"):])}),
+        ])
+    else:
+        calls, _view = None, None
+    _view
+    return
 
 
 @app.cell(hide_code=True)
@@ -314,15 +306,16 @@ def _(mine):
         with mo.status.spinner(title="timing on the TPU (a subprocess holds the chip)"):
             _times = bench.run_tpu_benchmark()
         _out = mo.vstack([
-            mo.md("bf16, causal, B x H x T x D shapes of GPT-2 small; median of 20 runs after "
-                  "3 warm-up runs, the device synced before each clock read:"),
+            mo.md("Measured on this TPU: bf16, causal, B x H x T x D shapes of GPT-2 small; "
+                  "median of 20 runs after 3 warm-up runs, the device synced before each "
+                  "clock read:"),
             nb.table(_times),
         ])
     else:
         _took = ("" if mine is None else
-                 f"your shape took {nb.format_us(mine['interpret_s'] * 1e6)} per call (plus "
-                 f"{nb.format_us(max(mine['first_s'] - mine['interpret_s'], 0) * 1e6)} to "
-                 f"trace and compile the simulation once), PyTorch's reference "
+                 f"on this CPU your shape took {nb.format_us(mine['interpret_s'] * 1e6)} per "
+                 f"call (plus {nb.format_us(max(mine['first_s'] - mine['interpret_s'], 0) * 1e6)}"
+                 f" to trace and compile the simulation once), PyTorch's reference "
                  f"{nb.format_us(mine['reference_s'] * 1e6)}. ")
         _out = mo.callout(mo.md(
             f"**No TPU here, so no timing means anything.** Interpret mode simulates every "
@@ -362,8 +355,9 @@ def _():
     with torch.no_grad():
         _a, _b = _xla(_batch["x"]), _pallas(_batch["x"])
     mingpt_err = kernels.relative_error(_b, _a)
-    _out = [mo.md(f"minGPT `tiny`, batch 2, plain PyTorch on CPU: logits with "
-                  f"`attention='pallas'` vs `'xla'`: relative error **{mingpt_err:.1e}**.")]
+    _out = [mo.md(f"minGPT `tiny`, batch 2, plain PyTorch on this CPU (the kernel in "
+                  f"interpret mode): logits with `attention='pallas'` vs `'xla'`: relative "
+                  f"error **{mingpt_err:.1e}**.")]
     if TPU.available and not SMOKE:  # train both on the chip through the runner
         _rows = []
         for _impl in ("xla", "pallas"):
@@ -373,42 +367,48 @@ def _():
             _st = _r.steps[_r.steps["kind"] == "step"]
             _rows.append({"attention": _impl, "final loss": _st["loss"].iloc[-1],
                           "median step ms (steps 5+)": _st["wall_ms"].iloc[5:].median()})
-        _out.append(nb.table(pd.DataFrame(_rows), label="gpt-mini on the TPU, 20 steps each"))
+        _out.append(nb.table(pd.DataFrame(_rows),
+                             label="gpt-mini measured on this TPU, 20 steps each"))
     mo.vstack(_out)
     return
 
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    _q = exercise.QUESTION
+    mo.md(rf"""
     ## Workshop exercise
 
-    Causal attention over **512** tokens with `block_q=64`, `block_k=128`: how many of one
-    head's grid steps are **skipped** (their key block lies wholly after their query block)?
-    Work it out from the picture's rule, then check.
+    Gemma 2's attention heads are 256 wide. **How much VMEM does one grid step of this kernel
+    need for head_dim {_q["head_dim"]} in {_q["dtype"]}, with block_q = {_q["block_q"]} and
+    block_k = {_q["block_k"]}?** The controls above keep head_dim at 32, so no figure on this
+    page is the answer: work it out buffer by buffer from the rules above the VMEM table (what
+    is padded, what is double-buffered, what is float32 and how wide each buffer is), then
+    enter KiB and press **check**.
     """)
     return
 
 
 @app.cell
 def _():
-    answer = mo.ui.number(start=-1000, stop=1000, step=1, value=0,
-                          label="skipped steps").form(submit_button_label="check",
-                                                      bordered=False)
-    answer
-    return (answer,)
+    vmem_answer = mo.ui.text(placeholder="KiB", label="VMEM per grid step (KiB)").form(
+        submit_button_label="check", bordered=False)
+    vmem_answer
+    return (vmem_answer,)
 
 
-@app.cell
+@app.cell(hide_code=True)
 def _():
-    _q = tiling.attention_schedule(512, 512, 64, 128, causal=True).query("operand == 'Q'")
-    exercise_skipped, exercise_steps = int((~_q["computes"]).sum()), len(_q)
-    return exercise_skipped, exercise_steps
+    # The kernel's own accounting of the question's blocks (kernels.tiling), for the check.
+    vmem_facts = exercise.vmem_facts()
+    return (vmem_facts,)
 
 
-@app.cell
-def _(answer, exercise_skipped, exercise_steps):
-    _kind, _text = skipped_verdict(answer.value, exercise_skipped, exercise_steps)
+@app.cell(hide_code=True)
+def _(vmem_answer, vmem_facts):
+    mo.stop(vmem_answer.value is None,
+            mo.md("_Enter your answer and press **check**; nothing is judged before that._"))
+    _kind, _text = exercise.judge_vmem(vmem_answer.value, vmem_facts)
     mo.callout(mo.md(_text), kind=_kind)
     return
 

@@ -68,3 +68,37 @@ def test_eager_vs_compiled_exercise_in_marimo_edit(tmp_path):
         wait_idle(page, 120, saw_busy=False)
         assert starts() == opened
         assert not errors
+
+
+def test_pallas_exercise_and_a_refused_block_in_marimo_edit(tmp_path):
+    """The pallas_kernels page in a real browser: the exercise judges only on submit (a slip
+    is named, the right answer accepted); blocks the kernel refuses show why, with no
+    "Ancestor stopped" box below; a new shape's check waits for its button, in words."""
+    with marimo_edit(ROOT / "notebooks" / "pallas_kernels.py", smoke_env(tmp_path)) as url, \
+            browser() as b:
+        page = b.new_page(viewport={"width": 1200, "height": 1600})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(url)
+        wait_idle(page, 300)
+        assert _shown(page, "nothing is judged before that").count() == 1
+        assert _shown(page, "480 KiB of VMEM per grid step").count() == 1
+        box = page.locator("input[placeholder='KiB']")
+        for answer, expect in (("448", "double-buffers"), ("768", "Right: 768 KiB.")):
+            box.fill(answer)
+            page.get_by_role("button", name="check", exact=True).click()
+            _shown(page, expect).first.wait_for(timeout=60_000)
+
+        # block_k 64 is no multiple of 128: refused, and nothing below breaks
+        block_k = page.locator("select", has=page.locator("option", has_text="256"))
+        block_k.select_option("64")
+        _shown(page, "The kernel refuses these blocks").first.wait_for(timeout=60_000)
+        wait_idle(page, 120, saw_busy=False)
+        assert _shown(page, "Ancestor stopped").count() == 0  # (the code says it too)
+        assert page.locator(".marimo-cell.has-error").count() == 0
+        assert _shown(page, "KiB of VMEM per grid step").count() == 0  # waits for good blocks
+        # a shape the kernel takes but nobody checked yet: the check waits for its button
+        block_k.select_option("256")
+        _shown(page, "Press check this shape").first.wait_for(timeout=60_000)
+        assert _shown(page, "736 KiB of VMEM per grid step").count() == 1
+    assert not errors, errors

@@ -90,26 +90,105 @@ def _code(app, needle: str) -> str:
     return next(c.code for c in app._cell_manager.cell_data() if needle in c.code)
 
 
-def test_your_model_exercise_reads_the_fit_table_and_starts_nothing(worker_log):
-    from tpu_workbench import sharding
+def _hidden(app, needle: str) -> bool:
+    """Whether the one cell whose code contains `needle` hides its code on the page."""
+    return next(c.config.hide_code for c in app._cell_manager.cell_data() if needle in c.code)
+
+
+def _judged_below_the_question(module, judge: str, answer: str, facts: str) -> None:
+    """The exercise's shape on the page: the judge is the library's (no verdict function in
+    the notebook), called in a hidden cell that reads only the submitted form and the facts,
+    waits for a submit, and sits below the form; the facts come from a hidden cell too."""
+    call = f"exercise.{judge}({answer}.value"
+    assert _inputs(module, call) == {answer, facts}
+    assert _hidden(module.app, call) and _hidden(module.app, f"{facts} = exercise.")
+    assert f"mo.stop({answer}.value is None" in _code(module.app, call)
+    order = [c.code for c in module.app._cell_manager.cell_data()]
+    form = next(i for i, code in enumerate(order) if f"{answer} = mo.ui." in code)
+    check = next(i for i, code in enumerate(order) if call in code)
+    assert 'submit_button_label="check"' in order[form] and form < check
+
+
+def test_your_model_exercise_one_chip_batch(worker_log):
+    """The largest global batch of Llama-3.2-1B (1,235,814,400 parameters) at 2048 tokens on
+    one v6e chip, by hand from the convention: state 16 B x 1,235,814,400 = 19.773 GB; per
+    sequence, with recomputation, activations 16 layers x 2048 x 2048 x 2 B (each block's
+    input) + one block in full, and logits 2 x 2048 x 128256 x 2 B = 1.0507 GB; usable 0.9 x
+    32 GB = 28.8 GB."""
+    from tpu_workbench.exercises import your_model as ex
 
     module = _load("your_model")
-    assert _inputs(module, "judge_smallest_slice(slice_answer") == {"fit", "slice_answer"}
-    # Llama-3-8B, batch 32 x 2048 tokens: recomputation lets fsdp fit on a smaller slice
-    order = ["v6e-8", "v6e-16", "v6e-32", "none"]
+    _judged_below_the_question(module, "judge_batch", "batch_answer", "one_chip")
+    assert _inputs(module, "one_chip = exercise.one_chip_facts(") == {
+        "model_ref", "plan_preset", "recompute", "seq_len"}
 
-    def smallest(table) -> str:
-        rows = table[(table.strategy == "fsdp") & table.fits]
-        return min(rows.slice, key=order.index) if len(rows) else "none"
+    s, h, v, layers, inner, heads, kv, d = 2048, 2048, 2, 16, 8192, 32, 8, 64
+    block = (4 * s * h + 2 * s * heads * d + 2 * s * kv * d + heads * s * s + 4 * s * inner) * v
+    per_sequence = layers * s * h * v + block + 2 * s * 128256 * v
+    state = 16 * 1_235_814_400
+    largest = int((28.8e9 - state) // per_sequence)
+    facts = ex.one_chip_facts("hf:llama", "llama-3.2-1b", 2048, recompute=True)
+    assert facts["largest"] == largest == 5
+    assert facts["state_gb"] == pytest.approx(state / 1e9)
+    assert facts["per_sequence_gb"] == pytest.approx(per_sequence / 1e9)
+    kind, text = ex.judge_batch(" 5 ", facts)
+    assert kind == "success" and text.startswith("**Right: 5.**") and "19.77 GB" in text
+    kind, text = ex.judge_batch("6", facts)
+    assert kind == "warn" and "You said 6" in text and "Too many" in text and "5" not in text
+    assert "Too few" in ex.judge_batch("4", facts)[1]
+    assert "not a whole number" in ex.judge_batch("five", facts)[1]
+    assert "out of range" in ex.judge_batch("-1", facts)[1]
+    # Llama-3-8B's state alone, 16 x 8.03 B = 128 GB, is over one chip: the answer is 0
+    big = ex.one_chip_facts("hf:llama", "llama-3-8b", 2048, recompute=True)
+    assert big["largest"] == 0 and ex.judge_batch("0", big)[0] == "success"
+    # a model with no transformer shape has no plan: said, never judged
+    assert ex.judge_batch("1", None)[0] == "neutral"
+    assert worker_log() == 0
 
-    kept = sharding.model_fit_table("hf:llama", "llama-3-8b", 32, 2048, recompute=True)
-    full = sharding.model_fit_table("hf:llama", "llama-3-8b", 32, 2048, recompute=False)
-    assert order.index(smallest(kept)) < order.index(smallest(full))
-    for table in (kept, full):
-        right = smallest(table)
-        assert module.judge_smallest_slice(right, table)[0] == "success"
-        wrong = next(s for s in order if s != right)
-        assert module.judge_smallest_slice(wrong, table)[0] == "warn"
+
+def test_pallas_exercise_vmem_of_a_block_choice_the_page_cannot_show(worker_log):
+    """head_dim 256 in bf16, block_q 64, block_k 256, by hand: Q and O 2 x 64 x 256 x 2 B =
+    64 KiB each, K and V 2 x 256 x 256 x 2 B = 256 KiB each, m and l 64 x 128 x 4 B = 32 KiB
+    each, acc 64 x 256 x 4 B = 64 KiB: 768 KiB."""
+    from tpu_workbench.exercises import pallas_kernels as ex
+
+    module = _load("pallas_kernels")
+    _judged_below_the_question(module, "judge_vmem", "vmem_answer", "vmem_facts")
+    assert ex.QUESTION["head_dim"] not in (32,)  # the page's controls fix head_dim at 32
+    facts = ex.vmem_facts()
+    assert facts["total"] == 768 * 1024
+    kind, text = ex.judge_vmem("768", facts)
+    assert kind == "success" and text.startswith("**Right: 768 KiB.**")
+    assert ex.judge_vmem(" 768 KiB ", facts)[0] == "success"
+    # the usual slips are named, and a wrong answer never gives the total away
+    for wrong, slip in (("448", "double-buffers"), ("640", "scratch"), ("832", "128 lanes")):
+        kind, text = ex.judge_vmem(wrong, facts)
+        assert kind == "warn" and f"You said {wrong} KiB" in text and slip in text
+        assert "768" not in text
+    assert "VMEM table" in ex.judge_vmem("700", facts)[1]
+    assert "not a number" in ex.judge_vmem("lots", facts)[1]
+    assert "out of range" in ex.judge_vmem("0", facts)[1]
+    assert worker_log() == 0
+
+
+def test_mingpt_exercise_twice_the_blocks(worker_log):
+    """GPT-2 small with 24 blocks, by hand: 124,439,808 + 12 x (12 d^2 + 13 d) at d = 768 =
+    124,439,808 + 12 x 7,087,872 = 209,494,272 (embeddings and the final norm stay)."""
+    from tpu_workbench.exercises import mingpt as ex
+
+    module = _load("mingpt")
+    _judged_below_the_question(module, "judge_deeper", "params_answer", "deeper_facts")
+    facts = ex.deeper_facts()
+    d = 768
+    assert facts["params"] == 124_439_808 + 12 * (12 * d * d + 13 * d) == 209_494_272
+    kind, text = ex.judge_deeper("209.5", facts)
+    assert kind == "success" and text.startswith("**Right: 209.5 M.**")
+    assert ex.judge_deeper("209.4 M", facts)[0] == "success"  # 12 d^2 per block is close
+    kind, text = ex.judge_deeper("248.9", facts)  # twice 124.4 M: embeddings doubled too
+    assert kind == "warn" and "not inside a block" in text and "209" not in text
+    assert "Too few" in ex.judge_deeper("152.7", facts)[1]  # 4 d^2 per block: MLP left out
+    assert "not a number" in ex.judge_deeper("two hundred", facts)[1]
+    assert "out of range" in ex.judge_deeper("-5", facts)[1]
     assert worker_log() == 0
 
 

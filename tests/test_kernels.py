@@ -157,6 +157,68 @@ def test_attention_schedule_follows_the_kernel():
     assert r["row_end"].tolist() == [16, 32, 48] and r["valid_end"].tolist() == [16, 32, 37]
 
 
+def test_attention_vmem_counts_padded_lanes_double_buffers_and_float32_scratch():
+    """The page's default blocks by hand: block_q 64, block_k 128, head_dim 32, float32.
+    Stored: Q and O 2 x 64 x 128 x 4 B = 64 KiB each, K and V 2 x 128 x 128 x 4 B = 128 KiB
+    each, m and l 64 x 128 x 4 B = 32 KiB each, acc 64 x 128 x 4 B = 32 KiB: 480 KiB. The
+    values alone (head_dim 32 lanes): 16 + 32 + 32 + 16 + 32 + 32 + 8 = 168 KiB."""
+    t = tiling.attention_vmem_table(64, 128, 32, "float32").set_index("buffer")
+    assert (t["bytes"] / 1024).to_dict() == {"Q": 64, "K": 128, "V": 128, "O": 64, "m": 32,
+                                             "l": 32, "acc": 32}
+    assert t["value_bytes"].sum() == 168 * 1024
+    assert tiling.attention_vmem_bytes(64, 128, 32)["total"] == 480 * 1024
+    text = tiling.vmem_text(64, 128, 32)
+    assert "480 KiB" in text and "padded to 128 lanes" in text and "168 KiB" in text
+    # bf16 inputs, head_dim 256 (no padding): tiles at 2 B, scratch still float32
+    # 2*64*256*2 + 2*(2*256*256*2) + 2*64*256*2 + 2*(64*128*4) + 64*256*4 = 768 KiB
+    assert tiling.attention_vmem_bytes(64, 256, 256, "bfloat16")["total"] == 768 * 1024
+    assert "no buffer needs lane padding" in tiling.vmem_text(64, 256, 256, "bfloat16")
+    with pytest.raises(ValueError, match="block_k=100"):
+        tiling.attention_vmem_table(64, 100, 32)
+
+
+def test_step_text_says_what_a_step_holds_and_copies():
+    s = tiling.attention_schedule(200, 200, 64, 128, causal=True)
+    text = tiling.step_text(s, 3)  # (q block 1, kv block 1): above the diagonal
+    assert "**skipped**" in text and "K/V hold block 0" in text
+    assert "Copied from HBM for this step: nothing" in text and "Of the 8 grid steps" in text
+    assert "2 are skipped" in text
+    assert "Copied from HBM for this step: Q, K, V" in tiling.step_text(s, 0)
+    with pytest.raises(ValueError, match="valid steps are 0 to 7"):
+        tiling.step_text(s, 8)
+
+
+def test_error_chart_draws_an_exact_zero_apart_from_the_log_axis():
+    import pandas as pd
+
+    from tpu_workbench.charts import kernel_errors
+
+    table = pd.DataFrame({"kernel": ["rmsnorm", "rmsnorm"], "dtype": ["float32", "bfloat16"],
+                          "shape": ["(37, 96)"] * 2, "blocks": ["block_rows=16"] * 2,
+                          "rel_error": [2e-7, 0.0], "tolerance": [1e-5, 1e-2]})
+    spec = kernel_errors(table).to_dict()
+    exact, errors = spec["hconcat"]
+    # the log panel's points hold only the nonzero error; no value is clipped to a floor
+    points = next(layer for layer in errors["layer"] if layer["mark"]["type"] == "point")
+    datasets = spec["datasets"]
+    assert [r["rel_error"] for r in datasets[points["data"]["name"]]] == [2e-7]
+    assert errors["layer"][1]["encoding"]["x"]["scale"]["type"] == "log"
+    # the exact one is marked in its own column (the others are drawn there transparent)
+    assert exact["encoding"]["x"]["field"] == "where"
+    shown = [r["dtype"] for r in datasets[exact["data"]["name"]] if r["exact"]]
+    assert shown == ["bfloat16"]
+
+
+def test_check_shape_is_kept_per_shape_and_measured_again_on_request():
+    args = (16, 8, 128, True, "float32", 1, 32)
+    assert not check.shape_checked(*args)
+    first = check.check_shape(*args)
+    assert first["ok"] and first["shape"] == (1, 1, 16, 32) and check.shape_checked(*args)
+    assert check.check_shape(*args) is first
+    again = check.check_shape(*args, reuse=False)
+    assert again is not first and again["rel_error"] == first["rel_error"]  # same seed
+
+
 def test_compiled_kernel_is_a_tpu_custom_call():
     text = lowering.attention_stablehlo(2, 200, 200, 64, dtype="bfloat16", block_q=64)
     calls = lowering.custom_calls(text)

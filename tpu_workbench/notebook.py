@@ -569,3 +569,85 @@ def slice_collectives_view(collectives):
         "per step": collectives["count"], "MB each": (collectives["bytes"] / 1e6).round(1),
         "est. ms per step": (collectives["total_us"] / 1e3).round(2),
     })
+
+
+def tpu_reason(status) -> str:
+    """Why a TPU is or is not used here, in words a reader can act on: "no TPU chip attached
+    to this machine" where none is (the PCI scan's vendor id is no reader's business), else
+    the reason of `status` (:func:`tpu_workbench.tpu_status`)."""
+    if not status.available and not status.chips:
+        return "no TPU chip attached to this machine"
+    return status.reason
+
+
+def config_form(fields: dict[str, Any], label: str = "use this config"):
+    """A form of a config's editable fields under their own names: a number box per int or
+    float, a checkbox per bool, a text box per string. ``.value`` is None until submitted,
+    then ``{field: value}``. `label`: the submit button's."""
+    import marimo as mo
+
+    def control(name: str, value: Any):
+        if isinstance(value, bool):
+            return mo.ui.checkbox(value=value, label=f"`{name}`")
+        if isinstance(value, int):
+            return mo.ui.number(value=value, start=1, step=1, label=f"`{name}`")
+        if isinstance(value, float):
+            return mo.ui.number(value=value, label=f"`{name}`")
+        if isinstance(value, str):
+            return mo.ui.text(value=value, label=f"`{name}`")
+        raise TypeError(f"config field {name!r} = {value!r}: a form takes bool, int, float or "
+                        "str fields")
+
+    elements = {name: control(name, value) for name, value in fields.items()}
+    # field names are Python identifiers (a config class's __init__ parameters): template keys
+    template = " &emsp; ".join(f"{{{name}}}" for name in elements)
+    return mo.md(template).batch(**elements).form(submit_button_label=label, bordered=False)
+
+
+def outside_xla_text(outside) -> str:
+    """Markdown: what :func:`tpu_workbench.fallbacks` found, saying which modes measured each
+    kind (CPU fallbacks: torch_xla's modes; graph breaks: dynamo and inductor) and, where no
+    run measured graph breaks, that none was looked for rather than that there are none; then
+    one bullet per op or break found (where, how often, what it means), wrapped in full."""
+    if not len(outside):
+        return ("_No run above measures this: plain PyTorch counts neither CPU fallbacks nor "
+                "graph breaks. Pick `lazy` or `compile` (fallbacks) and `dynamo` (graph "
+                "breaks) in **modes**._")
+    parts = []
+    for kind, what in (("fallback", "CPU fallbacks"), ("graph_break", "graph breaks")):
+        rows = outside[outside["kind"] == kind]
+        if not len(rows):
+            parts.append("graph breaks not measured (only mode `dynamo` counts them, and it "
+                         "was not among the modes run above)" if kind == "graph_break" else
+                         "CPU fallbacks not measured (no torch_xla mode was run)")
+            continue
+        found = rows[rows["count"] > 0]
+        modes = ", ".join(f"`{m}`" for m in dict.fromkeys((found if len(found) else rows)["mode"]))
+        parts.append(f"**{len(found)} kind(s) of {what}** in {modes}" if len(found) else
+                     f"**no {what}** in {modes}")
+    found = outside[outside["count"] > 0]
+    return "; ".join(parts) + "." + "".join("\n\n" + _outside_item(r) for r in
+                                          found.to_dict("records"))
+
+
+def _outside_item(row: dict) -> str:
+    """One bullet of :func:`outside_xla_text`: an op or a break, where, how often, its note."""
+    if row["kind"] == "fallback":
+        head = (f"- **CPU fallback** `{row['op']}` (mode `{row['mode']}`): {row['count']} "
+                f"call(s), {row['per_step']:g} per step, steps {row['steps']}")
+    else:
+        where = f" at `{row['where']}`" if row.get("where") else ""
+        line = f": `{' '.join(str(row['line']).split())}`" if row.get("line") else ""
+        head = (f"- **graph break** ({row['op']}, mode `{row['mode']}`){where}{line}; "
+                f"{row['count']} time(s), step(s) {row['steps']}")
+    return f"{head}: {row['note']}." if row.get("note") else f"{head}."
+
+
+def example_model(name: str) -> str | None:
+    """The model ref of the example user model `tests/models/<name>.py` of this checkout
+    (``<absolute path>:make``), or None where the checkout has no such file (an installed
+    package)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "models" / f"{name}.py"
+    return f"{path}:make" if path.is_file() else None

@@ -88,8 +88,11 @@ def score_tiles(tiles: pd.DataFrame, step: int | None = None,
 
 
 def kernel_errors(table: pd.DataFrame,
-                  title: str = "kernel vs reference: relative error") -> alt.LayerChart:
+                  title: str = "kernel vs reference: relative error") -> alt.HConcatChart:
     """Relative error per checked case (log scale) with each dtype's tolerance as a tick.
+    An error of exactly 0 (kernel and reference equal bit for bit) has no place on a log
+    axis: it is drawn in a column of its own, "exact (0)", left of the axis, never at a floor
+    that would read as a small error.
 
     Columns (of :func:`kernels.check.check_attention` / ``check_rmsnorm``): ``kernel``,
     ``dtype``, ``shape``, ``blocks``, ``rel_error``, ``tolerance``.
@@ -97,15 +100,28 @@ def kernel_errors(table: pd.DataFrame,
     require_columns(table, ["kernel", "dtype", "shape", "blocks", "rel_error", "tolerance"],
                     "kernel_errors")
     frame = table.assign(case=table["kernel"] + " " + table["dtype"] + " " + table["shape"]
-                         + " " + table["blocks"], shown=table["rel_error"].clip(lower=1e-9))
-    y = alt.Y("case:N", title=None, sort=None, axis=alt.Axis(labelLimit=420))
-    points = alt.Chart(frame).mark_point(filled=True, size=70).encode(
-        x=alt.X("shown:Q", scale=alt.Scale(type="log", domain=[1e-9, 1]),
-                axis=alt.Axis(values=[1e-9, 1e-7, 1e-5, 1e-3, 1e-1], format=".0e"),
-                title="max |kernel - reference| / max |reference| (0 drawn at 1e-9)"),
-        y=y, color=alt.Color("dtype:N", legend=alt.Legend(orient="bottom")),
-        tooltip=["kernel", "dtype", "shape", "blocks", "rel_error", "tolerance"])
+                         + " " + table["blocks"], exact=table["rel_error"] == 0,
+                         where="exact (0)")
+    cases = list(dict.fromkeys(frame["case"]))
+    color = alt.Color("dtype:N", legend=alt.Legend(orient="bottom"))
+    tooltip = ["kernel", "dtype", "shape", "blocks", "rel_error", "tolerance"]
+    exact = alt.Chart(frame).mark_point(filled=True, size=70, shape="diamond").encode(
+        x=alt.X("where:N", title=None, axis=alt.Axis(labelAngle=0, orient="top")),
+        y=alt.Y("case:N", title=None, sort=cases, scale=alt.Scale(domain=cases),
+                axis=alt.Axis(labelLimit=420)),
+        color=color, tooltip=tooltip,
+        opacity=alt.condition("datum.exact", alt.value(1.0), alt.value(0.0)),
+    ).properties(width=60)
+    y = alt.Y("case:N", title=None, sort=cases, scale=alt.Scale(domain=cases), axis=None)
+    x = alt.X("rel_error:Q", scale=alt.Scale(type="log", domain=[1e-9, 1]),
+              axis=alt.Axis(values=[1e-9, 1e-7, 1e-5, 1e-3, 1e-1], format=".0e"),
+              title="max |kernel - reference| / max |reference|")
+    points = alt.Chart(frame[~frame["exact"]]).mark_point(filled=True, size=70).encode(
+        x=x, y=y, color=color, tooltip=tooltip)
     ticks = alt.Chart(frame).mark_tick(thickness=2, size=14).encode(
-        x="tolerance:Q", y=y, color="dtype:N")
-    return (ticks + points).properties(width=360, title=alt.TitleParams(
-        title, subtitle=["ticks: the tolerance the tests assert for that dtype"]))
+        x=alt.X("tolerance:Q"), y=y, color="dtype:N")
+    errors = (ticks + points).properties(width=330)
+    return alt.hconcat(exact, errors, spacing=4).resolve_scale(y="shared").properties(
+        title=alt.TitleParams(title, subtitle=[
+            "ticks: the tolerance the tests assert for that dtype; diamonds left of the axis: "
+            "an error of exactly 0"]))

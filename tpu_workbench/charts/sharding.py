@@ -211,8 +211,9 @@ def step_time_per_strategy(summary: pd.DataFrame) -> alt.LayerChart:
 
 
 
+# Every part of fit_table's per_device_gb, so a bar's height is the table's total.
 FIT_PARTS = {"params_gb": "params", "grads_gb": "grads", "optimizer_gb": "optimizer",
-             "activation_gb": "activations"}
+             "activation_gb": "activations", "logits_gb": "logits"}
 
 
 def fit_bars(table: pd.DataFrame) -> alt.FacetChart:
