@@ -192,7 +192,7 @@ def _(cfg):
 
 @app.cell
 def _():
-    signal_answer = mo.ui.text(placeholder="e.g. 0.3", label="picture's scale at t").form(
+    signal_answer = mo.ui.text(placeholder="from 0 to 1", label="picture's scale at t").form(
         submit_button_label="check", bordered=False)
     signal_answer
     return (signal_answer,)

@@ -60,12 +60,11 @@ def judge_signal(answer: str | None, facts: dict) -> tuple[str, str]:
     right = facts["signal"]
     if abs(said - right) <= TOLERANCE:
         return "success", f"**Right: {right:.3f}.** " + _worked(facts)
-    if abs(said - 0.5) <= TOLERANCE:
-        hint = ("Half the steps do not remove half the picture: the schedule is a cosine of "
-                "an angle that grows with t. What is the angle half way?")
-    elif abs(said - right**2) <= TOLERANCE:
-        hint = ("That is alphas_cumprod itself, the picture's share of the variance; the "
-                "question asks for the scale, its square root.")
+    if abs(said - right**2) <= TOLERANCE or abs(said - 0.5) <= TOLERANCE:
+        hint = ("That is close to alphas_cumprod itself, the picture's share of the noisy "
+                "picture's variance; the question asks for its scale, the square root. (And "
+                "if you reasoned \"half the steps, half the picture\": the schedule is a cosine "
+                "of an angle that grows with t.)")
     elif abs(said - facts["linear"]) <= TOLERANCE:
         hint = "That is the linear schedule's scale; this page trains with the cosine one."
     elif said < right:
