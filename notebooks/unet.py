@@ -170,7 +170,7 @@ def _(cfg, family, result, samples):
         nb.table(scores, label="scores"),
         mo.md(f"**What {STEPS} steps buy** (the run on open): one shape per picture, in its "
               "place and about its size, on a black background, with soft edges and at times "
-              "a mixed colour. Crisper, single-colour shapes take more steps: in plain "
+              "a mixed colour. More steps sharpen them: in plain "
               "PyTorch, 400 steps gave mostly flat, single-colour shapes with sharper edges "
               "(measured while writing this page: 74.8% black, nearest RMS 0.100, 32 "
               "samples). Set the slider to 400 and press **train** to see it here (by the "
@@ -212,22 +212,27 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(cfg, signal_answer, signal_facts):
+def _(signal_answer, signal_facts):
     mo.stop(signal_answer.value is None,
             mo.md("_Enter your answer and press **check**; nothing is judged before that._"))
     _kind, _text = exercise.judge_signal(signal_answer.value, signal_facts)
+    mo.callout(mo.md(_text), kind=_kind)
+    return
+
+
+@app.cell
+def _(cfg, signal_answer):
+    mo.stop(signal_answer.value is None)  # the schedule is drawn once an answer is in
     _acp = alphas_cumprod(cfg)
     _schedule = pd.DataFrame({"t": range(len(_acp)), "picture": _acp.sqrt().numpy(),
                               "noise": (1 - _acp).sqrt().numpy()})
-    mo.vstack([
-        mo.callout(mo.md(_text), kind=_kind),
-        alt.Chart(_schedule.melt("t", var_name="part", value_name="scale")).mark_line().encode(
-            x=alt.X("t:Q", title="timestep t", axis=alt.Axis(tickMinStep=1, format="d")),
-            y=alt.Y("scale:Q", title="scale"),
-            color=alt.Color("part:N", title="multiplies the", sort=["picture", "noise"]),
-            tooltip=["t", "part", alt.Tooltip("scale:Q", format=".3f")],
-        ).properties(title=f"{cfg.beta_schedule} schedule", width=480, height=180),
-    ])
+    alt.Chart(_schedule.melt("t", var_name="part", value_name="scale")).mark_line().encode(
+        x=alt.X("t:Q", title="timestep t", axis=alt.Axis(tickMinStep=1, format="d")),
+        y=alt.Y("scale:Q", title="scale"),
+        color=alt.Color("part:N", title="multiplies the", sort=["picture", "noise"]),
+        tooltip=["t", "part", alt.Tooltip("scale:Q", format=".3f")],
+    ).properties(title=f"the {cfg.beta_schedule} schedule: noisy = picture scale * picture + "
+                       "noise scale * noise", width=480, height=180)
     return
 
 
