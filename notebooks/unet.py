@@ -51,8 +51,9 @@ def _():
     _batch = family.make_batch(cfg, 16, torch.Generator().manual_seed(0))
     mo.vstack([
         mo.md(f"**What it learns from**: generated {cfg.image_size}x{cfg.image_size} pictures "
-              "like these 16. Every training step draws fresh noise and timesteps for its "
-              "pictures, so the model cannot memorise them."),
+              "like these 16. The worker cycles through up to 64 generated batches, and every "
+              "step mirrors its pictures and draws fresh noise and timesteps for them, so the "
+              "model cannot memorise what it sees."),
         mo.image(wb.image_grid((_batch["x"] + 1) / 2, scale=4)),
     ])
     return cfg, family
@@ -76,9 +77,10 @@ def _():
     mo.vstack([
         mo.hstack([steps, mode, run_button], justify="start", gap=2),
         mo.md(f"_The first step compiles the UNet's whole training step (forward, backward "
-              "and AdamW) into one XLA program; every later step reruns it. Measured on two "
-              "CPU cores shared with other work: the compile took 42-97 s and a step 0.48-0.88 "
-              f"s at batch 32, so the {STEPS} steps on open take about 1.5-3.5 minutes. "
+              "and AdamW) into one XLA program; every later step reruns it. Measured while "
+              "writing this page, on two CPU cores shared with other work: the compile took "
+              f"42-97 s and a step 0.48-0.88 s at batch 32, so the {STEPS} steps on open take "
+              "about 1.5-3.5 minutes. "
               "`torch_eager` is plain PyTorch, for comparison._"),
     ])
     return mode, run_button, steps
