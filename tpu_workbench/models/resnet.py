@@ -111,12 +111,39 @@ class ResNetFamily(ModelFamily):
         img, y = shape_images(batch_size, cfg.image_size, generator, self.n_shapes(cfg))
         return {"x": (img - 0.5) / 0.25, "y": y}  # roughly zero mean, unit variance
 
+    @staticmethod
+    def pixels(x: torch.Tensor) -> torch.Tensor:
+        """A batch's normalised images ``x`` back in [0, 1], as drawn (for showing them)."""
+        return (x * 0.25 + 0.5).clamp(0, 1)
+
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return F.cross_entropy(model(batch["x"]), batch["y"])
 
     def evaluate(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Top-1 accuracy."""
         return (model(batch["x"]).argmax(dim=1) == batch["y"]).float().mean()
+
+    def held_out_predictions(self, model: nn.Module, cfg: ResNetConfig, n: int = 600,
+                             seed: int = 12345, batch_size: int = 100):
+        """``(frame, images)`` for `n` fresh images drawn with `seed` (none of the training or
+        evaluation batches), predicted by the model in eval mode on the CPU, without gradients:
+        the frame has the ``true`` and ``predicted`` shape names (what a confusion matrix
+        counts), row i describing ``images[i]`` (N, 3, S, S), as the model saw them."""
+        import pandas as pd
+
+        gen = torch.Generator().manual_seed(seed)
+        true, predicted, images = [], [], []
+        model.eval()
+        with torch.no_grad():
+            for start in range(0, n, batch_size):
+                batch = self.make_batch(cfg, min(batch_size, n - start), gen)
+                true += batch["y"].tolist()
+                images.append(batch["x"])
+                predicted += model(batch["x"]).argmax(dim=1).tolist()
+        names = list(SHAPES) + [f"class {i}" for i in range(len(SHAPES), cfg.num_classes)]
+        frame = pd.DataFrame({"true": [names[i] for i in true],
+                              "predicted": [names[i] for i in predicted]})
+        return frame, torch.cat(images)
 
     def forward_matmul_flops(self, cfg: ResNetConfig, batch_size: int) -> float:
         """2 x the multiply-adds of every Conv2d and Linear in one forward pass."""
