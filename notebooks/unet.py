@@ -20,7 +20,7 @@ with app.setup:
     # steps (see the preset's comment in tpu_workbench/models/unet.py).
     PRESET = "pictures16"
     MODE = "lazy" if "lazy" in wb.available_modes() else wb.default_modes()[-1]
-    STEPS = 120  # 1.5-3.5 min on two cores (see the note under the controls)
+    STEPS = 120  # 1.7-6 min on two shared cores (see the note under the controls)
     SAMPLE_SEED = 1  # the same starting noise for the untrained and the trained model
     N_SAMPLES = 8 if SMOKE else 16
     SAMPLE_STEPS = 4 if SMOKE else 20
@@ -78,10 +78,10 @@ def _():
         mo.hstack([steps, mode, run_button], justify="start", gap=2),
         mo.md(f"_The first step compiles the UNet's whole training step (forward, backward "
               "and AdamW) into one XLA program; every later step reruns it. Measured while "
-              "writing this page, on two CPU cores shared with other work: the compile took "
-              f"42-97 s and a step 0.48-0.88 s at batch 32, so the {STEPS} steps on open take "
-              "about 1.5-3.5 minutes. "
-              "`torch_eager` is plain PyTorch, for comparison._"),
+              "writing this page, on two CPU cores shared with two other busy sessions: the "
+              "compile took 42-165 s and a step 0.48-1.4 s at batch 32 (the busier the cores, "
+              f"the longer), so the {STEPS} steps on open took 1.7-6 minutes. `torch_eager` "
+              "is plain PyTorch, for comparison._"),
     ])
     return mode, run_button, steps
 
@@ -176,7 +176,7 @@ def _(cfg, family, result, samples):
               "PyTorch, 400 steps gave mostly flat, single-colour shapes with sharper edges "
               "(measured while writing this page: 74.8% black, nearest RMS 0.100, 32 "
               "samples). Set the slider to 400 and press **train** to see it here (by the "
-              "step times above, 4-7.5 minutes on XLA:CPU)."),
+              "step times above, 4-10 minutes on XLA:CPU)."),
     ]))
     return (scores,)
 
