@@ -176,7 +176,7 @@ def _(cfg, family, result, samples):
               "PyTorch, 400 steps gave mostly flat, single-colour shapes with sharper edges "
               "(measured while writing this page: 74.8% black, nearest RMS 0.100, 32 "
               "samples). Set the slider to 400 and press **train** to see it here (by the "
-              "step times above, 4-10 minutes on XLA:CPU)."),
+              "step times above, 4-12 minutes on XLA:CPU)."),
     ]))
     return (scores,)
 
