@@ -190,7 +190,7 @@ def example_model(name: str) -> str | None:
     package)."""
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "tests" / "models" / f"{name}.py"
+    path = Path(__file__).resolve().parents[2] / "tests" / "models" / f"{name}.py"
     return f"{path}:make" if path.is_file() else None
 
 
