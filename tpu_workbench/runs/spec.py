@@ -335,7 +335,8 @@ def _check_types(spec: ExperimentSpec) -> None:
         value = getattr(spec, name)
         if not isinstance(value, str):
             raise SpecError(f"{name} must be a string like {example!r}, got {value!r}")
-    for name, valid in (("strategy", "dp, fsdp, tp, dp_tp"), ("change", ", ".join(CHANGES))):
+    for name, valid in (("strategy", "dp, fsdp, tp, dp_tp, table, row, column"),
+                        ("change", ", ".join(CHANGES))):
         value = getattr(spec, name)
         if value is not None and not isinstance(value, str):
             raise SpecError(f"{name} must be None or one of {valid} (a string), got {value!r}")

@@ -37,7 +37,15 @@ tp       Megatron-style on the ``model`` axis:       replicated
          Linear layers column-parallel, where
          divisible; norms replicated
 dp_tp    as tp                                       split over ``data``
+table    embedding tables stacked on a table dim:    split over every device (dense layers data
+         that dim over every device (whole tables    parallel)
+         per device); every other one replicated
+row      each table's rows over every device         as table
+column   each table's columns over every device      as table
 =======  ==========================================  ============================================
+
+The embedding strategies split only what a family declares (:mod:`.embedding`); a model without
+tables is refused.
 
 tp and dp_tp need a 2-D mesh (data, model); dp and fsdp take a 1-D or 2-D mesh. minGPT's
 attention is split along its fused q/k/v output rows, not regrouped per head, so XLA adds some
@@ -85,10 +93,16 @@ from .collectives import (
     collectives_by_source,
     collectives_frame,
 )
+from .embedding import (
+    embedding_partition,
+    validate_embedding,
+)
 from .fit import (
     CONVENTION,
+    EMBEDDING_CONVENTION,
     STATE_BYTES,
     activation_bytes,
+    embedding_fit_table,
     fit_table,
     fits,
     logits_bytes,
@@ -123,6 +137,7 @@ from .mesh import (
     AXES_1D,
     AXES_2D,
     DEFAULT_STRATEGY,
+    EMBEDDING_STRATEGIES,
     MESHES,
     STRATEGIES,
     Partition,
@@ -156,6 +171,11 @@ from .summary import (
 
 __all__ = [
     "CONVENTION",
+    "EMBEDDING_CONVENTION",
+    "EMBEDDING_STRATEGIES",
+    "embedding_fit_table",
+    "embedding_partition",
+    "validate_embedding",
     "STATE_BYTES",
     "activation_bytes",
     "fit_table",

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     import pandas as pd
     from torch import nn
 
+from .embedding import table_specs, validate_embedding
 from .mesh import (
+    EMBEDDING_STRATEGIES,
     STRATEGIES,
     Partition,
     _all_devices,
@@ -110,6 +112,14 @@ def param_specs(model: nn.Module, strategy: str | None,
         raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), got mesh "
                         f"{mesh_text(mesh_shape)}")
     out: dict[str, Partition | None] = {}
+    if strategy in EMBEDDING_STRATEGIES:  # the declared tables split, the rest data parallel
+        axes = getattr(model, "embedding_axes", None)
+        if not axes:
+            raise SpecError(f"strategy {strategy!r} splits embedding tables, but this model "
+                            "declares none (an embedding_axes attribute); use dp, fsdp, tp or "
+                            "dp_tp")
+        tables = table_specs(axes, strategy, mesh_shape)
+        return {name: tables.get(name) for name, _ in model.named_parameters()}
     seen: set[int] = set()
     for path, module in model.named_modules():
         for pname, p in module.named_parameters(recurse=False):
@@ -142,7 +152,7 @@ def buffer_specs(model: nn.Module, strategy: str | None,
                 continue
             name = f"{path}.{bname}" if path else bname
             shape = tuple(b.shape)
-            if strategy == "dp":
+            if strategy == "dp" or strategy in EMBEDDING_STRATEGIES:
                 out[name] = None
             elif strategy == "fsdp":
                 out[name] = _fsdp_partition(shape, mesh_shape)
@@ -210,6 +220,8 @@ def validate(mesh_shape: Sequence[int], strategy: str | None, family: Any, cfg: 
     if strategy in ("tp", "dp_tp") and len(mesh) != 2:
         raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), e.g. (2, 4) or "
                         f"(1, {mesh[0]}); got mesh {mesh_text(mesh)}. dp and fsdp take a 1-D mesh")
+    if strategy in EMBEDDING_STRATEGIES:
+        validate_embedding(strategy, mesh, family, cfg)
     axes = batch_axes(strategy, mesh)
     if axes:
         k = batch_ways(strategy, mesh)

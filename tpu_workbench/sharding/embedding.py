@@ -1,0 +1,99 @@
+"""The embedding strategies (``table``, ``row``, ``column``): which dim of a family's declared
+embedding tables each splits over every device, and their checks (pure Python, no torch).
+
+A family declares its tables (:meth:`~tpu_workbench.models.base.ModelFamily.embedding_tables`)
+and its module carries the same as ``embedding_axes`` (parameter name -> the role of each dim:
+``table``, ``row``, ``column``), so no strategy names a model. Every other parameter is
+replicated and the batch is split over every device: the dense layers are data parallel.
+
+What GSPMD can express: one program runs on every device, and each device holds a buffer of
+each parameter's per-device shape. ``row`` and ``column`` split a table's dim like any other
+tensor. Whole tables on one device each (``table``) need the tables stacked into one tensor
+whose leading, table dim is split: a table kept as its own parameter cannot live on one device
+only (a ``{maximal device=k}`` sharding still allocates it on all of them). Stacking pads every
+table to the largest one's rows, which the per-chip memory shows. SparseCore (v5p, v6e), where
+a TPU serves embedding lookups in hardware, is not reachable from torch_xla.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import SpecError
+from .mesh import EMBEDDING_STRATEGIES, Partition, _all_devices, mesh_text
+
+
+def embedding_partition(roles: Sequence[str], strategy: str, mesh_shape: Sequence[int],
+                        name: str = "table") -> Partition:
+    """The partition of a table parameter whose dims have `roles` under an embedding
+    `strategy`: the dim of the strategy's role over every device, the others whole."""
+    role = EMBEDDING_STRATEGIES[strategy]
+    if role not in roles:
+        raise SpecError(f"strategy {strategy!r} splits the {role} dim of embedding tables, but "
+                        f"{name!r} has dims {', '.join(roles)}: {_why(role)}")
+    return tuple(_all_devices(mesh_shape) if r == role else None for r in roles)
+
+
+def _why(role: str) -> str:
+    if role == "table":
+        return ("whole tables per device need the tables stacked into one tensor split on its "
+                "table dim (under GSPMD every device holds a buffer of every parameter)")
+    return f"it has no {role} dim"
+
+
+def table_specs(axes: Mapping[str, Sequence[str]], strategy: str,
+                mesh_shape: Sequence[int]) -> dict[str, Partition]:
+    """Partition of every declared table parameter (`axes`: name -> dim roles)."""
+    return {name: embedding_partition(roles, strategy, mesh_shape, name)
+            for name, roles in axes.items()}
+
+
+def _multiples(n: int, k: int) -> str:
+    lo, hi = (n // k) * k, (n // k + 1) * k
+    return f"{lo} or {hi}" if lo > 0 else f"{hi}"
+
+
+def validate_embedding(strategy: str, mesh_shape: Sequence[int], family: Any, cfg: Any) -> None:
+    """Raise SpecError where an embedding `strategy` cannot split `family`'s tables on a mesh:
+    no tables declared, no stacked table dim for ``table``, rows (``row``) or the width
+    (``column``) that do not divide by the device count. ``table`` may leave some devices
+    fewer tables (the stack is padded)."""
+    tables = family.embedding_tables(cfg)
+    n = math.prod(mesh_shape)
+    if not tables:
+        raise SpecError(f"strategy {strategy!r} splits embedding tables, but model "
+                        f"{family.name!r} declares none (a family's embedding_tables, e.g. "
+                        "dlrm's); use dp, fsdp, tp or dp_tp")
+    role = EMBEDDING_STRATEGIES[strategy]
+    for t in tables:
+        if role not in t.axes:
+            extra = getattr(family, "table_wise_options", None)
+            raise SpecError(f"strategy {strategy!r} on model {family.name!r}: {t.param!r} has "
+                            f"dims {', '.join(t.axes)}; {_why(role)}"
+                            + (f"; options {extra} stack them" if extra else ""))
+        if role == "row":
+            bad = [r for r in dict.fromkeys(t.rows) if r % n]
+            if bad:
+                r = bad[0]
+                raise SpecError(
+                    f"strategy 'row' splits each table's rows {n} ways over mesh "
+                    f"{mesh_text(mesh_shape)}, but {t.param!r} has a table of {r} rows, not "
+                    f"divisible by {n}; rows that would divide: multiples of {n}, e.g. "
+                    f"{_multiples(r, n)} (model option row_multiple={n} pads every table), or "
+                    f"a mesh of {', '.join(str(d) for d in _divisors(math.gcd(*t.rows)) if d > 1)} "
+                    "devices")
+        if role == "column" and t.dim % n:
+            raise SpecError(
+                f"strategy 'column' splits the embedding width {t.dim} of {t.param!r} {n} ways "
+                f"over mesh {mesh_text(mesh_shape)}, but {t.dim} is not divisible by {n}; "
+                f"widths that would divide: {_multiples(t.dim, n)}, or a mesh of "
+                f"{', '.join(str(d) for d in _divisors(t.dim) if d > 1)} devices")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, min(n, 4096) + 1) if n % d == 0][:12]
+
+
+__all__ = ["embedding_partition", "table_specs", "validate_embedding"]
