@@ -26,6 +26,7 @@ from ..sharding import (
     memory_per_device,
     mesh_text,
     parse_mesh,
+    strategies_for,
     strategy_name,
     summary_frame,
 )
@@ -41,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"mesh shape like 2x4 or 8, or a named mesh ({', '.join(MESHES)})")
     parser.add_argument("--strategy", default="dp",
                         help=f"one of {', '.join(STRATEGIES)}, several comma-separated, or "
-                             "'all' (each runs, tables get a strategy column)")
+                             "'all' (those that apply to the model: table, row and column "
+                             "only where it has embedding tables; each runs, tables get a "
+                             "strategy column)")
     parser.add_argument("--steps", type=int, default=10, help="training steps per strategy")
     parser.add_argument("--mode", default="compile", help="execution mode (default: compile)")
     parser.add_argument("--batch-size", type=int, default=None)
@@ -58,8 +61,13 @@ def specs_from_args(args: argparse.Namespace) -> list[ExperimentSpec]:
 
     mesh = parse_mesh(args.mesh)
     text = args.strategy.strip()
-    names = list(STRATEGIES) if text == "all" else [s.strip() for s in text.split(",")
-                                                    if s.strip()]
+    if text == "all":
+        from .. import models
+
+        family = models.get_model(args.model)
+        names = strategies_for(family, family.config(args.preset))
+    else:
+        names = [s.strip() for s in text.split(",") if s.strip()]
     if not names:
         raise SpecError(f"--strategy {args.strategy!r} names no strategy; valid: "
                         f"{', '.join(STRATEGIES)} or all")

@@ -22,7 +22,7 @@ rows, dim 16) reaches a held-out AUC of about 0.84 in 60 steps (a model that gue
 
 ``mlperf`` has the shape of MLPerf Training's DLRM on Criteo 1TB: 26 tables with the row counts
 of mlcommons/training ``recommendation_v2/torchrec_dlrm`` (``--num_embeddings_per_feature``,
-also torchrec's ``examples/dlrm``; six tables of 40M rows), embedding dim 128, bottom MLP
+also torchrec's ``examples/dlrm``; five tables of 40M rows), embedding dim 128, bottom MLP
 13-512-256-128, top MLP 1024-1024-512-256-1 (the dot-interaction DLRM of MLPerf v1's reference;
 v2 replaced the dots with a DCNv2 cross network). One-hot lookups as in that reference's
 Criteo data. Built on the meta device for layouts, fit and prediction, never trained here.

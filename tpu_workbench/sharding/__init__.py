@@ -95,6 +95,8 @@ from .collectives import (
 )
 from .embedding import (
     embedding_partition,
+    lookup_ops,
+    table_sizes,
     validate_embedding,
 )
 from .fit import (
@@ -163,6 +165,7 @@ from .strategies import (
     buffer_specs,
     param_specs,
     plan,
+    strategies_for,
     validate,
 )
 from .summary import (
@@ -175,6 +178,8 @@ __all__ = [
     "EMBEDDING_STRATEGIES",
     "embedding_fit_table",
     "embedding_partition",
+    "lookup_ops",
+    "table_sizes",
     "validate_embedding",
     "STATE_BYTES",
     "activation_bytes",
@@ -210,6 +215,7 @@ __all__ = [
     "buffer_specs",
     "param_specs",
     "plan",
+    "strategies_for",
     "validate",
     "LAYOUT_COLUMNS",
     "layout_frame",

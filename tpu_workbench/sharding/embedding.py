@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from ..errors import SpecError
 from .mesh import EMBEDDING_STRATEGIES, Partition, _all_devices, mesh_text
@@ -72,7 +76,8 @@ def validate_embedding(strategy: str, mesh_shape: Sequence[int], family: Any, cf
             extra = getattr(family, "table_wise_options", None)
             raise SpecError(f"strategy {strategy!r} on model {family.name!r}: {t.param!r} has "
                             f"dims {', '.join(t.axes)}; {_why(role)}"
-                            + (f"; options {extra} stack them" if extra else ""))
+                            + ("; model option " + ", ".join(f"{k}={v}" for k, v in extra.items())
+                               + " stacks them" if extra else ""))
         if role == "row":
             bad = [r for r in dict.fromkeys(t.rows) if r % n]
             if bad:
@@ -96,4 +101,48 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, min(n, 4096) + 1) if n % d == 0][:12]
 
 
-__all__ = ["embedding_partition", "table_specs", "validate_embedding"]
+def table_sizes(model: str, preset: str, options: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Every embedding table of a family's preset, largest first: ``table`` (its index),
+    ``param``, ``rows`` (as allocated), ``dim``, ``mb`` (fp32 weights) and ``share`` (of all the
+    model's parameters, counted on the meta device). Empty for a family without tables."""
+    import pandas as pd
+
+    from .. import models
+
+    family = models.get_model(model)
+    tables = family.embedding_tables(family.config(preset, **(options or {}))) or []
+    total = models.count_params(model, preset, options)
+    rows = [{"table": i, "param": t.param, "rows": r, "dim": t.dim, "mb": r * t.dim * 4 / 1e6,
+             "share": r * t.dim / total}
+            for i, (t, r) in enumerate((t, r) for t in tables for r in t.rows)]
+    frame = pd.DataFrame(rows, columns=["table", "param", "rows", "dim", "mb", "share"])
+    return frame.sort_values("rows", ascending=False, kind="stable", ignore_index=True)
+
+
+LOOKUP_OPS = ("gather", "scatter", "dynamic-slice", "dynamic-update-slice")
+
+
+def lookup_ops(result: Any, hlo_text: str | None = None) -> pd.DataFrame:
+    """The gathers and scatters of a run's compiled train step (after optimisation; needs
+    ``capture=("hlo",)``), or of `hlo_text`: the lookups of embedding rows and, in the
+    backward, the scatter-adds of their gradients into the tables. Columns: ``opcode``,
+    ``shape`` (per device under SPMD), ``bytes``, ``source_op``, ``source`` (file:line)."""
+    from .. import hlo
+    from .memory import step_file
+
+    if hlo_text is None:
+        step = step_file(Path(result.out_dir) / "hlo", "after_optimizations.txt")
+        if step is None:
+            raise ValueError("no after-optimisations HLO of the train step; run with "
+                             "capture=('hlo',)")
+        hlo_text = step.read_text()
+    frame = hlo.instructions(hlo_text)
+    frame = frame[frame["opcode"].isin(LOOKUP_OPS)].copy()
+    frame["source"] = [f"{Path(f).name}:{int(n)}" if isinstance(f, str) and f and n == n
+                       else "" for f, n in zip(frame["source_file"], frame["source_line"],
+                                               strict=True)]
+    return frame[["opcode", "shape", "bytes", "source_op", "source"]].reset_index(drop=True)
+
+
+__all__ = ["LOOKUP_OPS", "embedding_partition", "lookup_ops", "table_sizes", "table_specs",
+           "validate_embedding"]

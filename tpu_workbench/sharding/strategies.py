@@ -195,6 +195,13 @@ def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | Non
     return pd.DataFrame(rows)
 
 
+def strategies_for(family: Any, cfg: Any) -> list[str]:
+    """The strategies that apply to a family's config: every one, but the embedding strategies
+    only where it declares embedding tables."""
+    tables = family.embedding_tables(cfg)
+    return [s for s in STRATEGIES if tables or s not in EMBEDDING_STRATEGIES]
+
+
 def _nearest_multiples(n: int, k: int) -> str:
     lo, hi = (n // k) * k, (n // k + 1) * k
     return f"{lo} or {hi}" if lo > 0 else f"{hi}"
