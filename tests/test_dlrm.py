@@ -256,3 +256,46 @@ def test_memory_per_device_divides_the_table(runs):
     for s, frame in mem.items():
         assert (frame["params_bytes"] == table // 8 + dense).all(), s
         assert math.isfinite(frame["xla_total_bytes"].iloc[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+def _shard_args(*argv: str):
+    import argparse
+
+    from tpu_workbench.cli import shard as shard_cli
+
+    parser = argparse.ArgumentParser()
+    shard_cli.add_arguments(parser)
+    return shard_cli, parser.parse_args([*argv, "--out", "unused"])
+
+
+def test_cli_all_means_the_strategies_that_apply():
+    cli, args = _shard_args("--model", "dlrm", "--strategy", "all")
+    assert [s.strategy for s in cli.specs_from_args(args)] == [
+        "dp", "fsdp", "tp", "dp_tp", "table", "row", "column"]
+    cli, args = _shard_args("--model", "mingpt", "--strategy", "all")
+    assert [s.strategy for s in cli.specs_from_args(args)] == ["dp", "fsdp", "tp", "dp_tp"]
+
+
+def test_cli_refuses_an_embedding_strategy_without_tables(capsys):
+    from tpu_workbench.cli import main
+
+    assert main(["shard", "--model", "mingpt", "--strategy", "row", "--out", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "strategy 'row'" in err and "'mingpt' declares none" in err
+    assert main(["hlo", "--model", "dlrm", "--preset", "big", "--out", "x"]) == 2
+    assert "unknown preset 'big'" in capsys.readouterr().err
+
+
+def test_cli_predict_prints_memory_per_chip(tmp_path, capsys):
+    import pandas as pd
+
+    from tpu_workbench.cli import main
+
+    assert main(["predict", "--model", "dlrm", "--preset", "mlperf", "--slice", "v6e-16",
+                 "--strategy", "row,column", "--out", str(tmp_path)]) == 0
+    fit = pd.read_csv(tmp_path / "fit.csv")
+    assert list(fit["strategy"]) == ["row", "column"] and fit["fits"].all()
+    assert "ESTIMATED" in capsys.readouterr().out

@@ -97,3 +97,25 @@ def test_eager_vs_compiled_last_batch():
     assert "shape" in ex.judge("1")[1]
     assert "second epoch" in ex.judge("6")[1] and "second epoch" in ex.judge("3")[1]
     assert "whole number" in ex.judge("two")[1] and ex.judge(None)[0] == "warn"
+
+
+def test_dlrm_strategies_that_fit_a_v6e_16():
+    from tpu_workbench.exercises import dlrm
+    from tpu_workbench.models.dlrm import MLPERF_ROWS
+
+    facts = dlrm.fit_facts()
+    # fp32 tables (rows padded to multiples of 128) split 16 ways, the MLPs' 2.37 M parameters
+    # whole on every chip; x 4 for the gradients and AdamW's two moments
+    tables = sum(-(-r // 128) * 128 for r in MLPERF_ROWS) * 128 * 4 / 16
+    mlps = sum(a * b + b for a, b in [(13, 512), (512, 256), (256, 128), (479, 1024),
+                                      (1024, 1024), (1024, 512), (512, 256), (256, 1)]) * 4
+    assert facts["state_gb"]["row"] == pytest.approx(4 * (tables + mlps) / 1e9, rel=1e-6)
+    # stacked: 26 tables padded to 40M rows, 2 per chip, x 4
+    assert facts["state_gb"]["table"] == pytest.approx(2 * 40e6 * 128 * 4 * 4 / 1e9, rel=1e-3)
+    assert dlrm.judge_fit(["row", "column"], facts)[0] == "success"
+    assert dlrm.judge_fit(["column", "row"], facts)[0] == "success"
+    kind, text = dlrm.judge_fit(["row", "table"], facts)
+    assert kind == "warn" and "40M-row" in text
+    assert "missing" in dlrm.judge_fit(["row"], facts)[1]
+    assert dlrm.judge_fit([], facts)[0] == "warn" and dlrm.judge_fit(None, facts)[0] == "warn"
+    assert "not one of" in dlrm.judge_fit(["zero"], facts)[1]

@@ -14,11 +14,11 @@ import pandas as pd
 from ..errors import SpecError
 from ..runs.spec import ExperimentSpec
 from ..sharding import (
+    ALL_STRATEGIES,
     COLLECTIVE_COLUMNS,
     LAYOUT_COLUMNS,
     MEMORY_COLUMNS,
     MESHES,
-    STRATEGIES,
     collectives_frame,
     ici_assumptions,
     largest_split_tensor,
@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mesh", default="2x4",
                         help=f"mesh shape like 2x4 or 8, or a named mesh ({', '.join(MESHES)})")
     parser.add_argument("--strategy", default="dp",
-                        help=f"one of {', '.join(STRATEGIES)}, several comma-separated, or "
+                        help=f"one of {', '.join(ALL_STRATEGIES)}, several comma-separated, or "
                              "'all' (those that apply to the model: table, row and column "
                              "only where it has embedding tables; each runs, tables get a "
                              "strategy column)")
@@ -70,7 +70,7 @@ def specs_from_args(args: argparse.Namespace) -> list[ExperimentSpec]:
         names = [s.strip() for s in text.split(",") if s.strip()]
     if not names:
         raise SpecError(f"--strategy {args.strategy!r} names no strategy; valid: "
-                        f"{', '.join(STRATEGIES)} or all")
+                        f"{', '.join(ALL_STRATEGIES)} or all")
     specs = []
     for name in names:
         strategy_name(name)

@@ -136,6 +136,7 @@ from .memory import (
     xla_memory_parts,
 )
 from .mesh import (
+    ALL_STRATEGIES,
     AXES_1D,
     AXES_2D,
     DEFAULT_STRATEGY,
@@ -189,6 +190,7 @@ __all__ = [
     "parameter_shards",
     "largest_split_tensor", "device_holdings", "collectives_by_source",
     "tensors_by_size",
+    "ALL_STRATEGIES",
     "AXES_1D",
     "AXES_2D",
     "DEFAULT_STRATEGY",

@@ -26,14 +26,14 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from ..errors import SpecError
-from .mesh import EMBEDDING_STRATEGIES, Partition, _all_devices, mesh_text
+from .mesh import Partition, _all_devices, mesh_text
 
 
 def embedding_partition(roles: Sequence[str], strategy: str, mesh_shape: Sequence[int],
                         name: str = "table") -> Partition:
     """The partition of a table parameter whose dims have `roles` under an embedding
     `strategy`: the dim of the strategy's role over every device, the others whole."""
-    role = EMBEDDING_STRATEGIES[strategy]
+    role = strategy  # each embedding strategy splits the dim its name says
     if role not in roles:
         raise SpecError(f"strategy {strategy!r} splits the {role} dim of embedding tables, but "
                         f"{name!r} has dims {', '.join(roles)}: {_why(role)}")
@@ -70,7 +70,7 @@ def validate_embedding(strategy: str, mesh_shape: Sequence[int], family: Any, cf
         raise SpecError(f"strategy {strategy!r} splits embedding tables, but model "
                         f"{family.name!r} declares none (a family's embedding_tables, e.g. "
                         "dlrm's); use dp, fsdp, tp or dp_tp")
-    role = EMBEDDING_STRATEGIES[strategy]
+    role = strategy
     for t in tables:
         if role not in t.axes:
             extra = getattr(family, "table_wise_options", None)

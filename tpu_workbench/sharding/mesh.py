@@ -13,6 +13,10 @@ STRATEGIES: dict[str, str] = {
     "fsdp": "fully sharded data parallel: parameters split over all devices, batch too",
     "tp": "tensor parallel (Megatron): layers split over the model axis, batch replicated",
     "dp_tp": "data x tensor parallel: tp over the model axis, batch split over the data axis",
+}
+# Strategies that split only a family's declared embedding tables (ModelFamily.embedding_tables),
+# each along the dim of its name's role; the dense layers and the batch are data parallel.
+EMBEDDING_STRATEGIES: dict[str, str] = {
     "table": "table-wise: whole embedding tables per device (a stack of tables split on its "
              "table axis), dense layers and the batch data parallel over every device",
     "row": "row-wise: each embedding table's rows split over every device, dense layers and the "
@@ -20,9 +24,7 @@ STRATEGIES: dict[str, str] = {
     "column": "column-wise: each embedding table's columns (its width) split over every device, "
               "dense layers and the batch data parallel",
 }
-# Strategies that split a family's declared embedding tables (ModelFamily.embedding_tables); the
-# role of the parameter dim each splits.
-EMBEDDING_STRATEGIES: dict[str, str] = {"table": "table", "row": "row", "column": "column"}
+ALL_STRATEGIES: dict[str, str] = {**STRATEGIES, **EMBEDDING_STRATEGIES}
 
 
 DEFAULT_STRATEGY = "dp"
@@ -96,11 +98,11 @@ def axis_names(mesh_shape: Sequence[int]) -> tuple[str, ...]:
 
 
 def strategy_name(strategy: str | None) -> str:
-    """A strategy's name (None means ``dp``), checked against :data:`STRATEGIES`."""
+    """A strategy's name (None means ``dp``), checked against :data:`ALL_STRATEGIES`."""
     name = DEFAULT_STRATEGY if strategy is None else strategy
-    if name not in STRATEGIES:
-        raise SpecError(f"unknown strategy {name!r}; valid strategies: {', '.join(STRATEGIES)} "
-                        "(None means dp)")
+    if name not in ALL_STRATEGIES:
+        raise SpecError(f"unknown strategy {name!r}; valid strategies: "
+                        f"{', '.join(ALL_STRATEGIES)} (None means dp)")
     return name
 
 

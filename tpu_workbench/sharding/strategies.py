@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 from .embedding import table_specs, validate_embedding
 from .mesh import (
+    ALL_STRATEGIES,
     EMBEDDING_STRATEGIES,
-    STRATEGIES,
     Partition,
     _all_devices,
     axis_names,
@@ -199,7 +199,7 @@ def strategies_for(family: Any, cfg: Any) -> list[str]:
     """The strategies that apply to a family's config: every one, but the embedding strategies
     only where it declares embedding tables."""
     tables = family.embedding_tables(cfg)
-    return [s for s in STRATEGIES if tables or s not in EMBEDDING_STRATEGIES]
+    return [s for s in ALL_STRATEGIES if tables or s not in EMBEDDING_STRATEGIES]
 
 
 def _nearest_multiples(n: int, k: int) -> str:
@@ -217,7 +217,8 @@ def validate(mesh_shape: Sequence[int], strategy: str | None, family: Any, cfg: 
     the fix. `family` is a :class:`~tpu_workbench.models.base.ModelFamily` (its
     ``model_axis_widths`` says what tensor parallelism must divide); imports no torch_xla."""
     if strategy is not None and not isinstance(strategy, str):  # [..] is unhashable
-        raise SpecError(f"strategy must be None or one of {', '.join(STRATEGIES)} (a string), "
+        raise SpecError(f"strategy must be None or one of {', '.join(ALL_STRATEGIES)} (a "
+                        "string), "
                         f"got {strategy!r}")
     strategy = strategy_name(strategy)
     mesh = tuple(mesh_shape)
