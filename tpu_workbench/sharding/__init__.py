@@ -170,6 +170,7 @@ from .strategies import (
     validate,
 )
 from .summary import (
+    loss_agreement,
     summary_frame,
 )
 
@@ -238,4 +239,5 @@ __all__ = [
     "slice_topology",
     "span_text",
     "summary_frame",
+    "loss_agreement",
 ]
