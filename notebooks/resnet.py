@@ -10,148 +10,171 @@ with app.setup:
 
     import tpu_workbench as wb
     from tpu_workbench import notebook as nb
+    from tpu_workbench.exercises import resnet as exercise
     from tpu_workbench.models import get_model, preset_table
     from tpu_workbench.models.resnet import SHAPES
 
     SMOKE = wb.smoke_mode()
-    # What the page trains on open, without a click.
-    DEFAULTS = {"steps": 60, "mode": wb.default_modes()[-1]}
-
-
-@app.function
-def flops_verdict(answer: float | None, ratio: float) -> tuple[str, str]:
-    """(callout kind, markdown) for the exercise: a prompt until an answer is submitted, a
-    range message outside 0.1-1000, else the ratio and whether the answer is within 15%."""
-    if answer is None:
-        return "neutral", "Enter a ratio and press **check**."
-    if not 0.1 <= answer <= 1000:
-        return "danger", f"{answer:g} is not a plausible ratio: enter a number from 0.1 to 1000."
-    if abs(answer - ratio) / ratio <= 0.15:
-        return "success", (
-            f"Right: **{ratio:.2f}x** from the analytic FLOP counts (you said {answer:g}x). "
-            "The 224 input is 49x the pixels, but the stem and max-pool cut the resolution by "
-            "4 in each dimension before the first block.")
-    return "warn", (
-        f"The analytic FLOP counts give **{ratio:.2f}x**; you said {answer:g}x. Hint: "
-        "224/4 = 56 pixels wide after the stem and max-pool, against 32 for tiny.")
+    FAMILY = get_model("resnet")
+    TINY = FAMILY.config("tiny")
+    # When the training section measures: on open, then on its button (notebook.Sections).
+    SECTIONS = nb.Sections()
 
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    mo.md(rf"""
     # ResNet: convolutions through XLA
 
-    torchvision's ResNet builders, from random weights, learning to tell generated shapes apart
-    (disk, square, triangle, bars, ring: drawn with torch ops, in random colours, sizes and
-    places, with noise): six classes, one per shape. The `tiny` preset is a CIFAR-style
-    ResNet-18 (3x3 stem, no max-pool) on 16x16 images, 32 a batch, which trains at interactive
-    speed on a laptop; every step sees new images, and the accuracy below is measured on 512
-    others it never trained on. `resnet18` and `resnet50` are the ImageNet shapes a v6e trains.
+    torchvision's ResNet-18, from random weights, learning to tell {len(SHAPES)} generated
+    shapes apart ({", ".join(SHAPES)}; drawn with torch ops in random colours, sizes and
+    places, with pixel noise): {len(SHAPES)} classes, one per shape, so a guess scores
+    {1 / len(SHAPES):.0%}. The `tiny` preset is a CIFAR-style ResNet-18 (3x3 stride-1 stem, no
+    max-pool) on {TINY.image_size}x{TINY.image_size} images, {TINY.batch_size} a batch: every
+    training step sees new images, and the accuracy is measured on {FAMILY.eval_items} others
+    it never trained on. `resnet18` and `resnet50` are the ImageNet shapes (224x224, 1,000
+    classes) a v6e trains; they are built here only on PyTorch's meta device, for their counts.
     """)
     return
 
 
 @app.cell
 def _():
-    family = get_model("resnet")
-    cfg = family.config("tiny")
-    _batch = family.make_batch(cfg, 16, torch.Generator().manual_seed(0))
+    _batch = FAMILY.make_batch(TINY, 16, torch.Generator().manual_seed(0))
     _labels = ", ".join(SHAPES[i] for i in _batch["y"].tolist())
-    presets = preset_table("resnet")
+    _presets = preset_table("resnet")
     mo.vstack([
         mo.image(wb.image_grid(_batch["x"])),
-        mo.md(f"labels, left to right, top to bottom: {_labels}"),
-        nb.table(presets[["preset", "params", "batch_size", "gflops_per_step", "arch",
-                          "image_size", "num_classes"]], label="presets"),
+        mo.md(f"Sixteen training images; their labels, left to right, top to bottom: "
+              f"{_labels}."),
+        nb.table(_presets[["preset", "params", "arch", "image_size", "num_classes",
+                           "cifar_stem", "batch_size"]],
+                 label="presets: parameters counted on the meta device"),
     ])
-    return (presets,)
+    return
 
 
 @app.cell
 def _():
-    steps = mo.ui.slider(10, 200, value=DEFAULTS["steps"], step=10, label="training steps",
-                         show_value=True)
-    mode = mo.ui.dropdown(wb.available_modes(), value=DEFAULTS["mode"], label="mode")
+    steps = mo.ui.slider(10, 200, value=60, step=10, label="training steps", show_value=True)
+    mode = mo.ui.dropdown(wb.available_modes(), value=wb.default_modes()[-1], label="mode")
     run_button = mo.ui.run_button(label="train")
     mo.vstack([
         mo.hstack([steps, mode, run_button], justify="start", gap=2),
-        mo.md("_ResNet on XLA:CPU is slow: the default 60 steps take a few minutes on a "
-              "laptop (the first step compiles), 200 steps several more._"),
+        mo.md("_On XLA:CPU the default 60 steps take a minute or two on a laptop (the first "
+              "step compiles); 200 steps a few minutes more._"),
     ])
     return mode, run_button, steps
 
 
 @app.cell
 def _(mode, run_button, steps):
-    _pick = {"steps": steps.value, "mode": mode.value}
-    # On open (default settings) this runs by itself; other settings wait for **train**.
-    mo.stop(_pick != DEFAULTS and not run_button.value,
-            mo.md("_Settings changed: press **train** to train with them (minutes)._"))
-    # Smoke mode (CI) trains 3 steps in plain PyTorch; full mode runs the picked mode.
-    _spec = wb.ExperimentSpec(model="resnet", preset="tiny",
-                              mode="torch_eager" if SMOKE else _pick["mode"],
-                              steps=3 if SMOKE else _pick["steps"])
-    # Without a click this shows a stored run of the same spec if there is one.
-    result = wb.run_live([_spec], reuse=nb.reuse_ok() and not run_button.value).result()
-    _chance = 1 / len(SHAPES)
-    mo.vstack([
-        mo.md(nb.provenance(result, button="train")),
-        mo.md(f"Accuracy on {result.summary['eval_items']} held-out images after "
-              f"{_spec.steps} steps: **{result.summary['metric']:.0%}** (chance: {_chance:.0%})."),
-    ])
+    _spec = wb.ExperimentSpec(model="resnet", preset="tiny", mode=mode.value,
+                              steps=3 if SMOKE else steps.value, capture=("checkpoint",))
+    # On open this trains (or shows a stored run of the same spec); then only on **train**.
+    _runs = SECTIONS.run_live(
+        "train", run_button, [_spec],
+        waiting="Press **train** above to train with these settings (a minute or more).")
+    result = None if _runs is None else _runs.result()
+    _view = None
+    if result is not None:
+        _steps = result.steps.assign(mode=_spec.mode)
+        _timing = wb.summarize_results([result]).iloc[0]
+        _x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d"),
+                   scale=alt.Scale(domain=[0, int(_steps["step"].max())], nice=False))
+        _view = mo.vstack([
+            mo.md(nb.provenance(result, button="train")),
+            mo.md(f"Accuracy on **{result.summary['eval_items']} held-out images** after "
+                  f"{_spec.steps} steps of {TINY.batch_size} fresh images each: "
+                  f"**{result.summary['metric']:.1%}** (a guess: {1 / len(SHAPES):.0%}). "
+                  f"Step times, measured where the line above says: first step "
+                  f"{_timing['first_step_ms'] / 1e3:.1f} s (it compiles), steady step "
+                  f"{_timing['steady_median_ms'] / 1e3:.2f} s (median), "
+                  f"{int(_timing['compiles_steady'])} compilations in the steady state."),
+            mo.hstack([wb.charts.step_times(_steps).encode(x=_x),
+                       wb.charts.loss_curves(_steps, title=f"training loss, mode "
+                                                           f"{_spec.mode}").encode(x=_x)],
+                      wrap=True, justify="start"),
+        ])
+    _view
     return (result,)
 
 
 @app.cell
 def _(result):
-    # Both charts end at the last step trained (no empty axis past it).
-    run_steps = result.steps.assign(mode=result.spec.mode)
-    step_x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d"),
-                   scale=alt.Scale(domain=[0, int(run_steps["step"].max())], nice=False))
-    wb.charts.step_times(run_steps).encode(x=step_x)
-    return run_steps, step_x
+    # The trained weights on 600 more fresh images: which shapes it mixes up.
+    held_out, held_out_images = (None, None) if result is None else \
+        FAMILY.held_out_predictions(wb.load_trained(result)[2], TINY, n=600)
+    confusion = None if held_out is None else mo.ui.altair_chart(
+        wb.charts.confusion_matrix(held_out, classes=list(SHAPES)))
+    (None if confusion is None else mo.vstack([
+        mo.md(f"**What it confuses.** The trained model on {len(held_out)} more images drawn "
+              f"afresh: {(held_out['true'] == held_out['predicted']).mean():.1%} right. Each "
+              "row is a true shape; the diagonal is right, the rest is what it took the shape "
+              "for."),
+        confusion,
+    ]))
+    return confusion, held_out, held_out_images
 
 
 @app.cell
-def _(result, run_steps, step_x):
-    wb.charts.loss_curves(run_steps, title=f"training loss, mode {result.spec.mode}").encode(
-        x=step_x)
+def _(confusion, held_out, held_out_images):
+    _pairs = [] if confusion is None else nb.picked(confusion, "true")
+    _view = None
+    if _pairs:
+        _true = _pairs[0]
+        _predicted = nb.picked(confusion, "predicted")[0]
+        _rows = held_out.index[(held_out["true"] == _true)
+                               & (held_out["predicted"] == _predicted)][:24]
+        _view = mo.vstack([
+            mo.md(f"**{len(_rows)} images** that are a *{_true}* and that the model called a "
+                  f"*{_predicted}* (up to 24):"),
+            mo.image(wb.image_grid(held_out_images[list(_rows)])) if len(_rows) else
+            mo.md("_none_"),
+        ])
+    elif confusion is not None:
+        _view = mo.md("_Click a cell of the matrix to see its images._")
+    _view
     return
 
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    _tiny = exercise.ratio_facts()["small"]
+    mo.md(rf"""
     ## Workshop exercise
 
-    The tiny preset keeps ResNet-18's layers but works on 32x32 pictures with a stride-1 stem.
-    **How many times more FLOPs per image does ImageNet `resnet18` (224x224, stride-2 stem and
-    max-pool) need than `tiny`?** Estimate it from the shapes (or from `gflops_per_step` and
-    `batch_size` in the presets table), then check.
+    One `tiny` image costs {_tiny["macs"] / 1e6:.0f} M multiply-adds in the forward pass. Its
+    3x3 stride-1 stem keeps the {TINY.image_size}x{TINY.image_size} image whole, so the four
+    stages of residual blocks run on 16, 8, 4 and 2 pixel-wide feature maps. ImageNet's
+    `resnet18` has the same blocks and widths, but a 7x7 **stride-2** stem followed by a
+    stride-2 **max-pool**, on 224x224 images. **How many times tiny's FLOPs does one
+    `resnet18` image need?** Reason from the feature-map sizes (the classifier's 1,000
+    classes barely count), then enter a ratio and press **check**.
     """)
     return
 
 
 @app.cell
 def _():
-    answer = mo.ui.number(start=-1000, stop=10000, step=0.1, value=1.0,
-                          label="resnet18 / tiny").form(submit_button_label="check",
-                                                        bordered=False)
+    answer = mo.ui.text(placeholder="for example 20", label="resnet18 / tiny").form(
+        submit_button_label="check", bordered=False)
     answer
     return (answer,)
 
 
-@app.cell
-def _(presets):
-    _p = presets.set_index("preset")
-    _per_image = _p["gflops_per_step"] / _p["batch_size"]
-    flops_ratio = float(_per_image["resnet18"] / _per_image["tiny"])
-    return (flops_ratio,)
+@app.cell(hide_code=True)
+def _():
+    # Both presets counted on the meta device, for the check.
+    ratio_facts = exercise.ratio_facts()
+    return (ratio_facts,)
 
 
-@app.cell
-def _(answer, flops_ratio):
-    _kind, _text = flops_verdict(answer.value, flops_ratio)
+@app.cell(hide_code=True)
+def _(answer, ratio_facts):
+    mo.stop(answer.value is None,
+            mo.md("_Enter your answer and press **check**; nothing is judged before that._"))
+    _kind, _text = exercise.judge_ratio(answer.value, ratio_facts)
     mo.callout(mo.md(_text), kind=_kind)
     return
 

@@ -99,6 +99,29 @@ def test_eager_vs_compiled_last_batch():
     assert "whole number" in ex.judge("two")[1] and ex.judge(None)[0] == "warn"
 
 
+def test_resnet_flops_ratio_by_hand():
+    from tpu_workbench.exercises import resnet
+
+    facts = resnet.ratio_facts()
+    # tiny (CIFAR stem, 16x16, 6 classes), multiply-adds by hand: stem 16*16*64*27; stage 1:
+    # four 64->64 3x3 convs at 16x16; stages 2-4 each 2^25 (their first conv halves the map
+    # and doubles the channels, plus a 1x1 shortcut); the classifier 512*6.
+    tiny = 16 * 16 * 64 * 27 + 4 * 256 * 64 * 576 + 3 * 2**25 + 512 * 6
+    assert facts["small"]["macs"] == tiny == 138_857_472
+    assert facts["small"]["stages"] == [16, 8, 4, 2] and facts["big"]["stages"] == [56, 28, 14, 7]
+    # ImageNet ResNet-18: 1.82 G multiply-adds per 224x224 image (torchvision's own count).
+    assert 1.80e9 < facts["big"]["macs"] < 1.83e9
+    assert 13.0 < facts["ratio"] < 13.2
+    assert resnet.judge_ratio("13", facts)[0] == "success"
+    assert resnet.judge_ratio("12.25x", facts)[0] == "success"  # the stages alone, within 10%
+    kind, text = resnet.judge_ratio("196", facts)  # the pixel ratio
+    assert kind == "warn" and "pixels" in text and "13.1" not in text
+    assert "Too few" in resnet.judge_ratio("3", facts)[1]
+    assert "Too many" in resnet.judge_ratio("40", facts)[1]
+    assert "not a number" in resnet.judge_ratio("lots", facts)[1]
+    assert "out of range" in resnet.judge_ratio("-2", facts)[1]
+
+
 def test_dlrm_strategies_that_fit_a_v6e_16():
     from tpu_workbench.exercises import dlrm
     from tpu_workbench.models.dlrm import MLPERF_ROWS

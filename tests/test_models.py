@@ -255,3 +255,24 @@ def test_unet_does_not_import_torch_xla():
 def test_bad_config_raises_spec_error(name, overrides, match):
     with pytest.raises(SpecError, match=match):
         get_model(name).config("tiny", **overrides)
+
+
+def test_resnet_held_out_predictions_feed_the_confusion_matrix():
+    """Fresh images (not the run's batches) with the model's predictions, row by row, and the
+    confusion matrix counting them: one cell per (true, predicted) pair, summing to the set."""
+    import tpu_workbench as wb
+    from tpu_workbench.models.resnet import SHAPES
+
+    family, cfg, model = build("resnet")
+    frame, images = family.held_out_predictions(model, cfg, n=50, batch_size=20)
+    assert len(frame) == 50 and images.shape == (50, 3, cfg.image_size, cfg.image_size)
+    assert set(frame["true"]) <= set(SHAPES) and set(frame["predicted"]) <= set(SHAPES)
+    with torch.no_grad():  # row i is images[i], predicted by the model in eval mode
+        assert SHAPES[int(model(images[7:8]).argmax())] == frame["predicted"][7]
+    assert frame.equals(family.held_out_predictions(model, cfg, n=50, batch_size=20)[0])
+    train = family.make_batch(cfg, 50, torch.Generator().manual_seed(0))
+    assert not torch.equal(images, train["x"])  # its own seed, not the run's first batches
+    chart = wb.charts.confusion_matrix(frame, classes=list(SHAPES)).to_dict()
+    counts = chart["datasets"][next(iter(chart["datasets"]))]
+    assert sum(row["count"] for row in counts) == 50
+    assert len({(r["true"], r["predicted"]) for r in counts}) == len(counts)

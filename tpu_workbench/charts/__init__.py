@@ -17,6 +17,7 @@ from .modes import (
     step_times,
 )
 from .profiling import step_breakdown, timeline, top_ops
+from .results import confusion_matrix
 from .sharding import (
     collective_bytes,
     fit_bars,
@@ -27,7 +28,7 @@ from .sharding import (
 from .sweep import sweep_times
 
 __all__ = [
-    "cache_first_steps", "collective_bytes", "compiles_per_mode", "diff_chart",
+    "cache_first_steps", "collective_bytes", "confusion_matrix", "compiles_per_mode", "diff_chart",
     "first_vs_steady", "kernel_errors", "kernel_mix", "kernel_schedule", "layout_grid",
     "loss_curves", "memory_bars", "op_mix", "recompile_timeline", "roofline", "save_chart",
     "score_tiles", "steady_times", "step_breakdown",

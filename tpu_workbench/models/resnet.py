@@ -118,6 +118,28 @@ class ResNetFamily(ModelFamily):
         """Top-1 accuracy."""
         return (model(batch["x"]).argmax(dim=1) == batch["y"]).float().mean()
 
+    def held_out_predictions(self, model: nn.Module, cfg: ResNetConfig, n: int = 600,
+                             seed: int = 12345, batch_size: int = 100):
+        """``(frame, images)`` for `n` fresh images drawn with `seed` (none of the training or
+        evaluation batches), predicted by the model in eval mode on the CPU, without gradients:
+        the frame has the ``true`` and ``predicted`` shape names (what a confusion matrix
+        counts), row i describing ``images[i]`` (N, 3, S, S), as the model saw them."""
+        import pandas as pd
+
+        gen = torch.Generator().manual_seed(seed)
+        true, predicted, images = [], [], []
+        model.eval()
+        with torch.no_grad():
+            for start in range(0, n, batch_size):
+                batch = self.make_batch(cfg, min(batch_size, n - start), gen)
+                true += batch["y"].tolist()
+                images.append(batch["x"])
+                predicted += model(batch["x"]).argmax(dim=1).tolist()
+        names = list(SHAPES) + [f"class {i}" for i in range(len(SHAPES), cfg.num_classes)]
+        frame = pd.DataFrame({"true": [names[i] for i in true],
+                              "predicted": [names[i] for i in predicted]})
+        return frame, torch.cat(images)
+
     def forward_matmul_flops(self, cfg: ResNetConfig, batch_size: int) -> float:
         """2 x the multiply-adds of every Conv2d and Linear in one forward pass."""
         return 2.0 * _macs_per_image(cfg) * batch_size

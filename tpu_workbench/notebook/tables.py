@@ -1,0 +1,203 @@
+"""How results read on a page: rounded tables that wrap, program text that is never cut off,
+clicked rows, failed runs as callouts, a config as a form, what ran outside XLA in words."""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+from .sections import RUN_FAILED
+
+
+def failed_run_callout(name: str, error: object):
+    """A danger callout for a run (or a check) that failed: `name`, then the error. Its text
+    begins with :data:`RUN_FAILED`, which :func:`tpu_workbench.docs.exported_problems` reports
+    as a problem, so a failed run never passes unnoticed in an exported notebook."""
+    import marimo as mo
+
+    text = str(error).strip()
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    first, _, rest = (text or "no error message").partition("\n")
+    body = (f"<p><strong>{RUN_FAILED}</strong> <code>{html.escape(name)}</code>: "
+            f"{html.escape(' '.join(first.split()))}</p>")
+    if rest.strip():
+        body += f"<pre>{html.escape(rest.strip())}</pre>"
+    return mo.callout(mo.Html(body), kind="danger")
+
+
+def run_failures(comparison, summary=None) -> list:
+    """A :func:`failed_run_callout` per failed run of `comparison` (a
+    :class:`~tpu_workbench.runs.experiments.Comparison`), and one more when `summary` is given and
+    empty although nothing reported a failure: runs were expected, so no rows is a failure."""
+    shown = [failed_run_callout(name, err) for name, err in comparison.errors.items()]
+    if summary is not None and not len(summary) and not shown:
+        shown.append(failed_run_callout(
+            "summary", f"no summary rows from {len(comparison.results)} finished run(s)"))
+    return shown
+
+
+def _round_value(value, decimals: int, significant: int):
+    if value is None or value != value or value in (float("inf"), float("-inf")) or value == 0:
+        return value
+    if abs(value) >= 1:
+        return round(value, decimals)
+    return round(value, max(decimals, significant - 1 - math.floor(math.log10(abs(value)))))
+
+
+def rounded(frame, decimals: int = 2, significant: int = 3):
+    """A copy of DataFrame `frame` with its float columns rounded for display: `decimals`
+    places where a value is at least 1 in magnitude (889.5176730000003 -> 889.52), `significant`
+    digits below (0.00012345 -> 0.000123). Other columns are left as they are."""
+    import pandas as pd
+
+    out = frame.copy()
+    for i in range(out.shape[1]):
+        column = out.iloc[:, i]
+        if pd.api.types.is_float_dtype(column):
+            out.isetitem(i, column.map(
+                lambda v: v if pd.isna(v) else _round_value(float(v), decimals, significant)))
+    return out
+
+
+def table(frame, **kwargs):
+    """``mo.ui.table`` of DataFrame `frame` with its floats :func:`rounded`, long text wrapped
+    and a filtered frame's index dropped; no row selection unless `selection` is given. Every
+    table the notebooks show goes through here."""
+    import marimo as mo
+    import pandas as pd
+
+    kwargs.setdefault("selection", None)
+    shown = rounded(frame)
+    if shown.index.name is None and not shown.index.equals(pd.RangeIndex(len(shown))):
+        shown = shown.reset_index(drop=True)  # a filtered frame's index is no column to show
+    # Text columns wrap instead of ending in "...": an HLO line or a reason is read whole.
+    long_text = [c for c in shown.columns
+                 if (shown[c].dtype == object or pd.api.types.is_string_dtype(shown[c]))
+                 and shown[c].map(lambda v: isinstance(v, str) and len(v) > 40).any()]
+    kwargs.setdefault("wrapped_columns", [str(c) for c in long_text])
+    return mo.ui.table(shown, **kwargs)
+
+
+def format_us(us: float) -> str:
+    """A duration given in microseconds, in the unit its size calls for: ``0.42 µs``,
+    ``12.3 µs``, ``4.56 ms``, ``1.2 s`` (three significant digits)."""
+    if us != us:
+        return "? µs"
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if abs(us) >= scale * 0.9995:  # 999.96 µs reads 1 ms, not 1e+03 µs
+            return f"{us / scale:,.3g} {unit}"
+    return f"{us:.3g} µs"
+
+
+def code_block(text: str, max_height_px: int = 320):
+    """`text` (HLO, a launch command) shown whole: wrapped at the page's width and scrolling
+    past `max_height_px`, never cut off with an ellipsis."""
+    import marimo as mo
+
+    return mo.Html(
+        f'<pre style="white-space: pre-wrap; word-break: break-all; max-height: '
+        f'{max_height_px}px; overflow-y: auto; font-size: 12px; background: #f6f6f6; '
+        f'padding: 8px; border-radius: 4px">{html.escape(text)}</pre>')
+
+
+def picked(chart, column: str) -> list:
+    """The values of `column` in the rows a reader clicked in `chart` (a
+    ``mo.ui.altair_chart``), in order and without repeats: empty until something is clicked."""
+    value = getattr(chart, "value", None)
+    if value is None or not len(value) or column not in value:
+        return []
+    return list(dict.fromkeys(value[column].tolist()))
+
+
+def config_form(fields: dict[str, Any], label: str = "use this config"):
+    """A form of a config's editable fields under their own names: a number box per int or
+    float, a checkbox per bool, a text box per string. ``.value`` is None until submitted,
+    then ``{field: value}``. `label`: the submit button's."""
+    import marimo as mo
+
+    def control(name: str, value: Any):
+        if isinstance(value, bool):
+            return mo.ui.checkbox(value=value, label=f"`{name}`")
+        if isinstance(value, int):
+            return mo.ui.number(value=value, start=1, step=1, label=f"`{name}`")
+        if isinstance(value, float):
+            return mo.ui.number(value=value, label=f"`{name}`")
+        if isinstance(value, str):
+            return mo.ui.text(value=value, label=f"`{name}`")
+        raise TypeError(f"config field {name!r} = {value!r}: a form takes bool, int, float or "
+                        "str fields")
+
+    elements = {name: control(name, value) for name, value in fields.items()}
+    # field names are Python identifiers (a config class's __init__ parameters): template keys
+    template = " &emsp; ".join(f"{{{name}}}" for name in elements)
+    return mo.md(template).batch(**elements).form(submit_button_label=label, bordered=False)
+
+
+def outside_xla_text(outside) -> str:
+    """Markdown: what :func:`tpu_workbench.fallbacks` found, saying which modes measured each
+    kind (CPU fallbacks: torch_xla's modes; graph breaks: dynamo and inductor) and, where no
+    run measured graph breaks, that none was looked for rather than that there are none; then
+    one bullet per op or break found (where, how often, what it means), wrapped in full."""
+    if not len(outside):
+        return ("_No run above measures this: plain PyTorch counts neither CPU fallbacks nor "
+                "graph breaks. Pick `lazy` or `compile` (fallbacks) and `dynamo` (graph "
+                "breaks) in **modes**._")
+    parts = []
+    for kind, what in (("fallback", "CPU fallbacks"), ("graph_break", "graph breaks")):
+        rows = outside[outside["kind"] == kind]
+        if not len(rows):
+            parts.append("graph breaks not measured (only mode `dynamo` counts them, and it "
+                         "was not among the modes run above)" if kind == "graph_break" else
+                         "CPU fallbacks not measured (no torch_xla mode was run)")
+            continue
+        found = rows[rows["count"] > 0]
+        modes = ", ".join(f"`{m}`" for m in dict.fromkeys((found if len(found) else rows)["mode"]))
+        parts.append(f"**{len(found)} kind(s) of {what}** in {modes}" if len(found) else
+                     f"**no {what}** in {modes}")
+    found = outside[outside["count"] > 0]
+    return "; ".join(parts) + "." + "".join("\n\n" + _outside_item(r) for r in
+                                          found.to_dict("records"))
+
+
+def _outside_item(row: dict) -> str:
+    """One bullet of :func:`outside_xla_text`: an op or a break, where, how often, its note."""
+    if row["kind"] == "fallback":
+        head = (f"- **CPU fallback** `{row['op']}` (mode `{row['mode']}`): {row['count']} "
+                f"call(s), {row['per_step']:g} per step, steps {row['steps']}")
+    else:
+        where = f" at `{row['where']}`" if row.get("where") else ""
+        line = f": `{' '.join(str(row['line']).split())}`" if row.get("line") else ""
+        head = (f"- **graph break** ({row['op']}, mode `{row['mode']}`){where}{line}; "
+                f"{row['count']} time(s), step(s) {row['steps']}")
+    return f"{head}: {row['note']}." if row.get("note") else f"{head}."
+
+
+def run_failures_of_sweep(swept):
+    """A danger callout listing why no run of a sweep finished, or None when some did."""
+    import marimo as mo
+
+    if not swept.summary.empty:
+        return None
+    return mo.callout(mo.md("No run of the sweep finished:\n\n" + "\n".join(
+        f"- {e}" for e in swept.errors.values())), kind="danger")
+
+
+def example_model(name: str) -> str | None:
+    """The model ref of the example user model `tests/models/<name>.py` of this checkout
+    (``<absolute path>:make``), or None where the checkout has no such file (an installed
+    package)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "models" / f"{name}.py"
+    return f"{path}:make" if path.is_file() else None
+
+
+def tpu_reason(status) -> str:
+    """Why a TPU is or is not used here, in words a reader can act on: "no TPU chip attached
+    to this machine" where none is (the PCI scan's vendor id is no reader's business), else
+    the reason of `status` (:func:`tpu_workbench.tpu_status`)."""
+    if not status.available and not status.chips:
+        return "no TPU chip attached to this machine"
+    return status.reason
