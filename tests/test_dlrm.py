@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from tpu_workbench.models.dlrm import MLPERF_ROWS, auc
 from tpu_workbench.runs.runner import WorkerPool
 
 MESH = (2, 4)
+LIBTPU = Path(__file__).resolve().parents[1] / ".venv-libtpu" / "bin" / "python"
 EMBEDDING = ("table", "row", "column")
 
 
@@ -75,6 +77,18 @@ def test_tiny_learns_the_planted_clicks():
     assert score > 0.7, score
     assert score == pytest.approx(float(auc(scores, labels)))
     assert 0.2 < float(labels.mean()) < 0.8  # both classes are common
+
+
+def test_separate_tables_look_up_as_embedding_bag_sums():
+    family = get_model("dlrm")
+    cfg = family.config("tiny", stack_tables=False, table_rows=[64, 32, 16])
+    torch.manual_seed(0)
+    model = family.build(cfg)
+    batch = family.make_batch(cfg, 5, torch.Generator().manual_seed(0))
+    pooled = model.lookup(batch["ids"])
+    for t, bag in enumerate(model.embedding):
+        assert isinstance(bag, torch.nn.EmbeddingBag)
+        assert torch.allclose(pooled[:, t], bag(batch["ids"][:, t]))
 
 
 def test_mlperf_preset_has_the_published_shape():
@@ -299,3 +313,24 @@ def test_cli_predict_prints_memory_per_chip(tmp_path, capsys):
     fit = pd.read_csv(tmp_path / "fit.csv")
     assert list(fit["strategy"]) == ["row", "column"] and fit["fits"].all()
     assert "ESTIMATED" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# The step compiled by libtpu for a v6e-8 (no chip)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not LIBTPU.exists(), reason="no .venv-libtpu: scripts/dev.py setup builds it")
+def test_v6e_compile_of_a_row_split_step(results):
+    """libtpu's own program for tiny under row on a v6e-8: the tables' slice and both Adam
+    moments enter each chip as arguments (1/8 of the table each), and the TPU's partitioner
+    sums the partial lookups with an all-reduce as XLA:CPU's does."""
+    c = wb.tpu_compile("dlrm", "tiny", "v6e-8", "row", batch_size=128)
+    shapes = " ".join(c.buffers["shapes"])
+    assert "f32[8,128,16]" in shapes and "f32[8,1024,16]" not in shapes  # 1024 rows / 8
+    # The TPU pads a buffer's last dim to 128 lanes: an allocation of [8, 128, 16] slices takes
+    # 8 x 128 x 128 floats, 8 times its data (width 16 is narrow for a TPU).
+    slices = c.buffers[c.buffers["shapes"].str.contains(r"f32\[8,128,16\]", regex=True)]
+    assert len(slices) and (slices["size_bytes"] == 8 * 128 * 128 * 4).all()
+    assert c.memory["fits"]
+    lookups = c.collectives[c.collectives["shape"] == "f32[128,8,2,16]"]
+    assert set(lookups["kind"]) == {"all-reduce"}
+    assert c.seq_len == 0 and c.batch_size == 128

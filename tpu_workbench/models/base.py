@@ -129,6 +129,13 @@ class ModelFamily:
                             "mingpt): a plan needs its block shape")
         return shape
 
+    def batch_shapes(self, cfg: Any,
+                     batch_size: int) -> dict[str, tuple[tuple[int, ...], str]] | None:
+        """Each batch tensor's shape and dtype name, for a step traced with placeholders
+        (:mod:`tpu_workbench.tpu_compile`), where a family is no sequence model; None: the
+        traced step is a transformer's (token ids of the step's sequence length)."""
+        return None
+
     def embedding_tables(self, cfg: Any) -> list[EmbeddingTables] | None:
         """The parameters that hold embedding tables (None: no tables, so no embedding
         strategy applies)."""

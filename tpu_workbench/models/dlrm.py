@@ -10,7 +10,8 @@ Tables are held one of two ways (option ``stack_tables``):
 * stacked (``tiny``): one parameter ``embedding.weight`` of shape [tables, rows, dim], every
   table padded to the largest one's rows, looked up with one gather. A strategy can split any
   of its three dims: whole tables (``table``), rows (``row``) or columns (``column``) per device.
-* separate (``mlperf``): one ``nn.EmbeddingBag`` per table, [rows_t, dim], no padding: rows or
+* separate (``mlperf``): one ``nn.EmbeddingBag`` per table, [rows_t, dim], no padding (looked
+  up as a gather and a sum: torch_xla 2.9 runs ``_embedding_bag`` on the CPU): rows or
   columns can be split, whole tables cannot: under GSPMD every device runs one program with a
   buffer of every parameter's per-device shape, so a tensor placed on one device only would
   still be allocated on all of them. Whole tables per device needs the tables stacked.
@@ -93,6 +94,7 @@ def _stacked_lookup(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 def build_net(cfg: DLRMConfig) -> nn.Module:
     import torch
+    import torch.nn.functional as F
     from torch import nn
 
     rows, T, D = padded_rows(cfg), len(cfg.table_rows), cfg.embedding_dim
@@ -118,7 +120,10 @@ def build_net(cfg: DLRMConfig) -> nn.Module:
         def lookup(self, ids: torch.Tensor) -> torch.Tensor:
             if cfg.stack_tables:
                 return _stacked_lookup(self.embedding.weight, ids)
-            return torch.stack([bag(ids[:, t]) for t, bag in enumerate(self.embedding)], 1)
+            # nn.EmbeddingBag(mode="sum")'s result as a gather and a sum: torch_xla 2.9 runs
+            # `_embedding_bag` and its backward outside XLA (a CPU fallback per table, seen).
+            return torch.stack([F.embedding(ids[:, t], bag.weight).sum(1)
+                                for t, bag in enumerate(self.embedding)], 1)
 
         def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
             x = self.bottom(dense)  # [B, D]
@@ -201,6 +206,12 @@ class DLRMFamily(ModelFamily):
                                     cfg.embedding_dim)]
         return [EmbeddingTables(name, roles, (r,), cfg.embedding_dim)
                 for (name, roles), r in zip(axes.items(), rows, strict=True)]
+
+    def batch_shapes(self, cfg: DLRMConfig,
+                     batch_size: int) -> dict[str, tuple[tuple[int, ...], str]]:
+        return {"dense": ((batch_size, cfg.dense_features), "float32"),
+                "ids": ((batch_size, len(cfg.table_rows), cfg.bag_size), "int64"),
+                "y": ((batch_size,), "float32")}
 
     def _hidden(self, cfg: DLRMConfig) -> dict[str, torch.Tensor]:
         """The planted task: per-row scores, a dense weight, an interaction of tables 0 and 1."""
