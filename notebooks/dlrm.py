@@ -25,6 +25,16 @@ with app.setup:
     SECTIONS = nb.Sections()
 
 
+@app.function
+def steps_by_strategy(frame: pd.DataFrame):
+    """The step-time chart of the side-by-side runs, one line per strategy (the runs stream in
+    the order of their specs: one device first, then EMBEDDING)."""
+    if "run_id" not in frame:
+        return wb.charts.step_times(frame)
+    names = dict(zip(dict.fromkeys(frame["run_id"]), ["single", *EMBEDDING], strict=False))
+    return wb.charts.step_times(frame.assign(mode=frame["run_id"].map(names)))
+
+
 @app.cell(hide_code=True)
 def _():
     mo.md(rf"""
@@ -157,7 +167,7 @@ def _(split_button):
         wb.ExperimentSpec(model="dlrm", preset="tiny", mode="compile", steps=_steps, mesh=MESH,
                           strategy=s, capture=("hlo",)) for s in EMBEDDING]
     _runs = SECTIONS.run_live(
-        "strategies", split_button, _specs,
+        "strategies", split_button, _specs, chart=steps_by_strategy,
         waiting="Press **run the three strategies** to measure them.")
     split_runs = None if _runs is None else dict(zip(["single", *EMBEDDING], _runs.results,
                                                      strict=True))
@@ -284,8 +294,10 @@ def _():
     the TensorCores made for embedding lookups: a TPU serves DLRM's tables there (JAX's
     `jax_tpu_embedding`). torch_xla 2.9 has no path to them, so every lookup here is an XLA
     gather on the TensorCores, and the collectives are GSPMD's, not SparseCore's. The v6e
-    figures above are an estimate from the sharding plan; libtpu's compile of this model's step
-    (as `plan_a_run` does for transformers) is not wired up for DLRM yet.
+    figures above are an estimate from the sharding plan. libtpu compiles the same step for a
+    v6e with no chip (`tpu-workbench compile --model dlrm --preset mlperf --slice v6e-16
+    --strategy row --batch 2048`): the TPU's own memory per chip and collectives, minutes of
+    this CPU per compile, so not on this page; `notes/dlrm.md` has the figures.
     """)
     return
 
