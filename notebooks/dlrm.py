@@ -272,8 +272,11 @@ def _():
     keeps 16 bytes per parameter a chip holds (weights, gradients, two moments). The table below
     reads each strategy's per-chip bytes from the GSPMD plan of the model built on the meta
     device, for a **v6e-8**: an **estimate** from the plan (activations, MBs at this batch, left
-    out), not a compile and not a measurement. For **table** the 26 tables are stacked, so
-    each is padded to the largest one's 40M rows.
+    out), not a compile and not a measurement. Each chip's slice is counted as a TPU lays out
+    an fp32 array, its last dim in 128 lanes: under **column** a chip's 16 of the 128 columns
+    take as much memory as all 128. For **table** the 26 tables are stacked, so each is
+    padded to the largest one's 40M rows. libtpu's own compile of the step gives the same
+    verdicts (`notes/dlrm.md`).
     """)
     return
 

@@ -1,8 +1,9 @@
 """The dlrm notebook's exercise: which strategies let the MLPerf-shaped DLRM train on a v6e-16?
 The page shows the tables' sizes and the memory per chip on a v6e-8; the reader scales it to 16
-chips and sees that splitting rows or columns divides all the tables evenly, while whole tables
-per chip (stacked, so padded to the largest table's 40M rows) leaves two 40M-row tables on a
-chip, with AdamW's state four times their weights."""
+chips and sees that splitting rows divides every table evenly; splitting columns leaves 8 of
+128 columns a chip, which a TPU stores padded to 128 lanes (no saving at all); whole tables per
+chip (stacked, so padded to the largest table's 40M rows) leave two 40M-row tables on a chip,
+with AdamW's state four times their weights. libtpu's compile agrees (notes/dlrm.md)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,13 @@ def _worked(f: dict) -> str:
     parts = [f"{s}: {gb[s]:.1f} GB" for s in CHOICES]
     return (f"Training state per chip on a {f['slice']} (fp32 weights, gradients and AdamW's "
             f"two moments, 16 bytes a parameter held): {', '.join(parts)}, against "
-            f"{f['usable_gb']:.1f} GB usable. Rows or columns split every table 16 ways, "
-            "104.5 GB of weights become 6.5 GB a chip. Whole tables cannot be split: stacked, "
-            "each of the 26 tables takes the largest one's 40M rows, and a chip holds 2 of "
-            "them, 41 GB of weights before any optimizer state.")
+            f"{f['usable_gb']:.1f} GB usable. Rows split every table 16 ways: 104.5 GB of "
+            "weights become 6.5 GB a chip. Columns split 16 ways leave 8 floats of each row on "
+            "a chip, and a TPU lays an fp32 array's last dim out in 128 lanes: the slice takes "
+            "as much memory as the whole table. Whole tables: stacked, each of the 26 tables "
+            "takes the largest one's 40M rows, and a chip holds 2 of them, 41 GB of weights "
+            "before any optimizer state. libtpu's own compile of the step agrees: only row "
+            "fits (21.0 GB a chip).")
 
 
 def judge_fit(answer: object, facts: dict) -> tuple[str, str]:
@@ -47,7 +51,10 @@ def judge_fit(answer: object, facts: dict) -> tuple[str, str]:
     right = {s for s, ok in facts["fits"].items() if ok}
     if picked == right:
         return "success", (f"**Right: {' and '.join(sorted(right))}.** " + _worked(facts))
-    if "table" in picked:
+    if "column" in picked:
+        hint = ("A chip holds 8 of each row's 128 columns under column on 16 chips; how does a "
+                "TPU store an fp32 array whose last dim is 8 (its lanes are 128 wide)?")
+    elif "table" in picked:
         hint = ("Whole tables per chip: how many of the 40M-row tables land on one chip, and "
                 "what are their weights, gradients and AdamW moments together?")
     elif "dp" in picked:

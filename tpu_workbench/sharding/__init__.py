@@ -110,6 +110,7 @@ from .fit import (
     logits_bytes,
     model_fit_table,
     parameter_shards,
+    tpu_padded,
 )
 from .ici import (
     ICI_HOP_US,
@@ -179,6 +180,8 @@ __all__ = [
     "EMBEDDING_CONVENTION",
     "EMBEDDING_STRATEGIES",
     "embedding_fit_table",
+    "TPU_TILE",
+    "tpu_padded",
     "embedding_partition",
     "lookup_ops",
     "table_sizes",

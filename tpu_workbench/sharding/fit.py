@@ -214,9 +214,21 @@ def model_fit_table(model: str, preset: str, batch_size: int, seq_len: int,
 
 EMBEDDING_CONVENTION = (
     "From the GSPMD plan (the model built on the meta device, each parameter's largest "
-    "per-device slice, padding included): fp32 weights, their gradients and AdamW's two "
-    "moments (16 bytes per parameter held); activations left out (MBs at these batches); fits "
-    f"within {USABLE_FRACTION:.0%} of HBM.")
+    "per-device slice, padding included), each slice laid out as a TPU lays out fp32 arrays: "
+    "its last two dims padded to tiles of 8 x 128 (a 16-wide column slice takes 128 lanes); "
+    "fp32 weights, their gradients and AdamW's two moments (16 bytes per parameter held); "
+    f"activations left out (MBs at these batches); fits within {USABLE_FRACTION:.0%} of HBM.")
+TPU_TILE = (8, 128)  # an fp32 array's last two dims on a TPU (libtpu's layouts: T(8,128))
+
+
+def tpu_padded(shard_shape: Sequence[int]) -> int:
+    """Elements a TPU allocates for an fp32 array of `shard_shape`: the last dim rounded up to
+    128 lanes, the one before it to 8 sublanes (a vector: 128 lanes)."""
+    dims = list(shard_shape) or [1]
+    dims[-1] = -(-dims[-1] // TPU_TILE[1]) * TPU_TILE[1]
+    if len(dims) > 1:
+        dims[-2] = -(-dims[-2] // TPU_TILE[0]) * TPU_TILE[0]
+    return math.prod(dims)
 
 
 def embedding_fit_table(model: str, preset: str, slices: Sequence[str] = DEFAULT_SLICES,
@@ -227,8 +239,8 @@ def embedding_fit_table(model: str, preset: str, slices: Sequence[str] = DEFAULT
     (:data:`EMBEDDING_CONVENTION`). ``table`` plans the family's ``table_wise_options`` (the
     tables stacked) where its own tables cannot be split whole. Columns: ``slice``,
     ``strategy``, ``mesh``, ``options``, ``tables_gb`` (the largest per-chip slices of the
-    table parameters), ``dense_gb``, ``params_gb``, ``state_gb`` (weights, grads, AdamW),
-    ``usable_gb``, ``fits``, ``reason``."""
+    table parameters, in a TPU's layout: :func:`tpu_padded`), ``dense_gb``, ``params_gb``,
+    ``state_gb`` (weights, grads, AdamW), ``usable_gb``, ``fits``, ``reason``."""
     import pandas as pd
 
     from .. import models
@@ -257,7 +269,7 @@ def embedding_fit_table(model: str, preset: str, slices: Sequence[str] = DEFAULT
             frame = plan(model, preset, mesh, strategy, opts)
             names = {t.param for t in family.embedding_tables(cfg) or []}
             is_table = frame["tensor"].isin(names)
-            per = frame["bytes_per_device"]
+            per = frame["shard_shape"].map(tpu_padded) * 4  # fp32, as a TPU lays it out
             weights = float(per.sum())
             state = weights * sum(STATE_BYTES["float32"]) / STATE_BYTES["float32"][0]
             ok = state / 1e9 <= usable
@@ -271,7 +283,7 @@ def embedding_fit_table(model: str, preset: str, slices: Sequence[str] = DEFAULT
     return pd.DataFrame(rows)
 
 
-__all__ = ["CONVENTION", "DEFAULT_SLICES", "EMBEDDING_CONVENTION", "LOGIT_BUFFERS", "STATE_BYTES",
-           "embedding_fit_table",
+__all__ = ["CONVENTION", "DEFAULT_SLICES", "EMBEDDING_CONVENTION", "LOGIT_BUFFERS",
+           "STATE_BYTES", "TPU_TILE", "embedding_fit_table", "tpu_padded",
            "activation_bytes", "fit_table", "fits", "logits_bytes", "model_fit_table",
            "parameter_shards"]

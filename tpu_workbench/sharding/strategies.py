@@ -168,7 +168,7 @@ def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | Non
     Builds the model on the ``meta`` device (no memory, no torch_xla). Columns: ``tensor``,
     ``shape``, ``dtype``, ``partition``, ``pieces`` (how many slices), ``params``, ``bytes`` (in
     the parameter's own dtype: an ``options={"dtype": "bfloat16"}`` hf:* model's are 2 each),
-    ``bytes_per_device`` (the largest slice, padded).
+    ``shard_shape`` and ``bytes_per_device`` (the largest slice, padded).
     """
     import pandas as pd
     import torch
@@ -187,11 +187,12 @@ def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | Non
         size = params[name].element_size()
         pieces = [axis_product(e, mesh_shape) for e in (part or (None,) * len(shape))]
         n = math.prod(shape)
-        per_dev = math.prod(-(-s // k) for s, k in zip(shape, pieces, strict=True))
+        shard = [-(-s // k) for s, k in zip(shape, pieces, strict=True)]
         rows.append({"tensor": name, "shape": shape,
                      "dtype": str(params[name].dtype).removeprefix("torch."),
                      "partition": partition_text(part), "pieces": math.prod(pieces),
-                     "params": n, "bytes": size * n, "bytes_per_device": size * per_dev})
+                     "params": n, "bytes": size * n, "shard_shape": shard,
+                     "bytes_per_device": size * math.prod(shard)})
     return pd.DataFrame(rows)
 
 
