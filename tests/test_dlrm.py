@@ -332,7 +332,10 @@ def test_v6e_compile_of_a_row_split_step(results):
     """libtpu's own program for tiny under row on a v6e-8: the tables' slice and both Adam
     moments enter each chip as arguments (1/8 of the table each), and the TPU's partitioner
     sums the partial lookups with an all-reduce as XLA:CPU's does."""
-    c = wb.tpu_compile("dlrm", "tiny", "v6e-8", "row", batch_size=128)
+    from tpu_workbench.tpu_compile import tpu_compile  # wb.tpu_compile is the module once
+    # something has imported tpu_workbench.tpu_compile (the package attribute wins)
+
+    c = tpu_compile("dlrm", "tiny", "v6e-8", "row", batch_size=128)
     shapes = " ".join(c.buffers["shapes"])
     assert "f32[8,128,16]" in shapes and "f32[8,1024,16]" not in shapes  # 1024 rows / 8
     # The TPU pads a buffer's last dim to 128 lanes: an allocation of [8, 128, 16] slices takes
