@@ -91,6 +91,27 @@ def test_separate_tables_look_up_as_embedding_bag_sums():
         assert torch.allclose(pooled[:, t], bag(batch["ids"][:, t]))
 
 
+def test_a_run_reports_the_pooled_auc(results):
+    """Through the runner (plain PyTorch worker): the summary's metric is the AUC of all 4,096
+    held-out samples at once, not a mean of batch AUCs."""
+    from tpu_workbench.worker.train import evaluation_batches
+
+    spec = wb.ExperimentSpec(model="dlrm", preset="tiny", mode="torch_eager", steps=60,
+                             capture=("checkpoint",))
+    result = wb.run(spec)
+    assert result.summary["metric_name"] == "auc"
+    assert result.summary["metric"] > 0.7, result.summary["metric"]
+    family, cfg, model = wb.load_trained(result)
+    held = evaluation_batches(spec, family, cfg, cfg.batch_size)
+    with torch.no_grad():
+        scores = torch.cat([model(b["dense"], b["ids"]) for b in held])
+        per_batch = torch.stack([auc(model(b["dense"], b["ids"]), b["y"]) for b in held])
+    pooled = float(auc(scores, torch.cat([b["y"] for b in held])))
+    assert len(scores) == 4096
+    assert result.summary["metric"] == pytest.approx(pooled, abs=1e-6)
+    assert abs(pooled - float(per_batch.mean())) > 1e-6  # the two differ: pooled was reported
+
+
 def test_mlperf_preset_has_the_published_shape():
     family = get_model("dlrm")
     cfg = family.config("mlperf")
