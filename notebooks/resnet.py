@@ -44,7 +44,7 @@ def _():
     _labels = ", ".join(SHAPES[i] for i in _batch["y"].tolist())
     _presets = preset_table("resnet")
     mo.vstack([
-        mo.image(wb.image_grid(_batch["x"])),
+        mo.image(wb.image_grid(FAMILY.pixels(_batch["x"]))),
         mo.md(f"Sixteen training images; their labels, left to right, top to bottom: "
               f"{_labels}."),
         nb.table(_presets[["preset", "params", "arch", "image_size", "num_classes",
@@ -129,7 +129,7 @@ def _(confusion, held_out, held_out_images):
         _view = mo.vstack([
             mo.md(f"**{len(_rows)} images** that are a *{_true}* and that the model called a "
                   f"*{_predicted}* (up to 24):"),
-            mo.image(wb.image_grid(held_out_images[list(_rows)])) if len(_rows) else
+            mo.image(wb.image_grid(FAMILY.pixels(held_out_images[list(_rows)]))) if len(_rows) else
             mo.md("_none_"),
         ])
     elif confusion is not None:

@@ -3,6 +3,8 @@ against a value worked out here by hand."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tpu_workbench.exercises import hlo_explorer
@@ -97,6 +99,34 @@ def test_eager_vs_compiled_last_batch():
     assert "shape" in ex.judge("1")[1]
     assert "second epoch" in ex.judge("6")[1] and "second epoch" in ex.judge("3")[1]
     assert "whole number" in ex.judge("two")[1] and ex.judge(None)[0] == "warn"
+
+
+def test_unet_signal_at_half_way_by_hand():
+    """The picture's scale at t = 500 under the cosine schedule, from Nichol & Dhariwal's
+    formula (diffusers' alphas_cumprod[t] is f((t + 1) / T) / f(0)), and the judge's verdicts."""
+    from tpu_workbench.exercises import unet
+
+    facts = unet.signal_facts()
+    def f(u):
+        return math.cos((u + 0.008) / 1.008 * math.pi / 2)
+
+    by_hand = f((unet.T + 1) / 1000) / f(0)
+    assert facts["signal"] == pytest.approx(by_hand, abs=1e-4)
+    assert facts["signal"] == pytest.approx(0.70, abs=0.01)
+    assert facts["noise"] == pytest.approx(math.sqrt(1 - by_hand**2), abs=1e-4)
+    assert unet.judge_signal("0.7", facts)[0] == "success"
+    assert unet.judge_signal(" 71% ", facts)[0] == "success"
+    assert "**Right: 0.70" in unet.judge_signal("0.71", facts)[1]
+    kind, text = unet.judge_signal("0.5", facts)
+    assert kind == "warn" and "angle" in text and "square root" in text
+    assert "square root" in unet.judge_signal(f"{by_hand**2:.3f}", facts)[1]
+    assert "Too little" in unet.judge_signal("0.4", facts)[1]
+    assert "Too much" in unet.judge_signal("0.9", facts)[1]
+    assert "linear" in unet.judge_signal(f"{facts['linear']:.3f}", facts)[1]
+    for bad, said in (("half", "'half' is not a number"), ("1.5", "1.5 is out of range"),
+                      ("-3%", "-0.03 is out of range"), (None, "'' is not a number")):
+        kind, text = unet.judge_signal(bad, facts)
+        assert kind == "warn" and said in text and "from 0 to 1" in text, (bad, text)
 
 
 def test_resnet_flops_ratio_by_hand():

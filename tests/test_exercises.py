@@ -236,3 +236,20 @@ def test_generation_exercise_answer_is_what_xla_compiles(results):
                 for r in got.results}
     assert measured == exercise.expected() == {"dynamic_cache": 15, "static_cache": 5,
                                                "bucketed": 3}
+
+
+def test_unet_exercise_signal_half_way(worker_log):
+    """The cosine schedule's picture scale at t = 500 of 1000, by hand: cos(0.509 / 1.008 x
+    90 degrees) / cos(0.008 / 1.008 x 90 degrees) = 0.7016 (diffusers' alphas_cumprod[t] is
+    f((t + 1) / T) / f(0)); the schedule's chart waits for the answer too."""
+    from tpu_workbench.exercises import unet as ex
+
+    module = _load("unet")
+    _judged_below_the_question(module, "judge_signal", "signal_answer", "signal_facts")
+    assert "mo.stop(signal_answer.value is None)" in _code(module.app, "alt.Chart(_schedule")
+    facts = ex.signal_facts()
+    assert facts["signal"] == pytest.approx(0.7016, abs=5e-4)
+    assert ex.judge_signal("0.70", facts)[0] == "success"
+    kind, text = ex.judge_signal("0.5", facts)
+    assert kind == "warn" and "0.70" not in text
+    assert worker_log() == 0

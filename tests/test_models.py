@@ -275,4 +275,4 @@ def test_resnet_held_out_predictions_feed_the_confusion_matrix():
     chart = wb.charts.confusion_matrix(frame, classes=list(SHAPES)).to_dict()
     counts = chart["datasets"][next(iter(chart["datasets"]))]
     assert sum(row["count"] for row in counts) == 50
-    assert len({(r["true"], r["predicted"]) for r in counts}) == len(counts)
+    assert len({(r["true"], r["predicted"]) for r in counts}) == len(counts) == 6 * 6

@@ -1,10 +1,14 @@
 """The UNet learns to draw: after a short plain-PyTorch training run in this process, its DDIM
-samples are measurably closer to the training pictures than an untrained model's samples from
-the same starting noise. And each training step draws its timesteps and noise afresh from the
-cycled batches (the worker reuses a few generated batches), without changing their statistics.
+samples look like the training pictures (a flat shape on black): about as much black background
+as the pictures and a nearest training picture far closer than an untrained model's samples
+from the same starting noise. And each training step draws its timesteps and noise afresh from
+the cycled batches (the worker reuses a few generated batches), without changing their
+statistics.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 import torch
@@ -12,7 +16,7 @@ import torch
 from tpu_workbench.models import get_model
 from tpu_workbench.models.unet import pictures
 
-STEPS, BATCH, CYCLE = 150, 16, 8  # the worker cycles through 8 generated batches too
+STEPS, CYCLE = 100, 64  # the worker cycles through up to 64 generated batches too
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -23,17 +27,21 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def _nearest_rms(images: torch.Tensor, reference: torch.Tensor) -> float:
-    """Mean over `images` of the RMS pixel distance to the nearest reference picture, by a
-    plain loop (independent of the notebook's scoring helper)."""
-    out = []
+def _scores(images: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
+    """(black background %, mean RMS pixel distance to the nearest reference picture), by
+    plain loops (independent of the notebook's scoring helpers)."""
+    black, nearest = [], []
     for img in images:
+        black.append(sum(float(max(img[c, i, j] for c in range(3)) < 0.1)
+                         for i in range(img.shape[1]) for j in range(img.shape[2]))
+                     / (img.shape[1] * img.shape[2]))
         d = ((reference - img) ** 2).flatten(1).mean(dim=1).sqrt()
-        out.append(d.min())
-    return float(torch.stack(out).mean())
+        nearest.append(float(d.min()))
+    return 100 * sum(black) / len(black), sum(nearest) / len(nearest)
 
 
-def test_samples_move_towards_the_training_pictures():
+def test_samples_look_like_the_training_pictures():
+    started = time.perf_counter()
     family = get_model("unet")
     cfg = family.config("pictures16")
     torch.manual_seed(0)
@@ -41,23 +49,30 @@ def test_samples_move_towards_the_training_pictures():
     torch.manual_seed(0)
     model = family.build(cfg)
     gen = torch.Generator().manual_seed(0)
-    batches = [family.make_batch(cfg, BATCH, gen) for _ in range(CYCLE)]
-    opt = torch.optim.AdamW(model.parameters(), lr=family.default_lr)
+    batches = [family.make_batch(cfg, cfg.batch_size, gen) for _ in range(min(STEPS, CYCLE))]
+    opt = torch.optim.AdamW(model.parameters(), lr=family.default_lr, foreach=False)
     for step in range(STEPS):
-        loss = family.loss(model, batches[step % CYCLE])
+        loss = family.loss(model, batches[step % len(batches)])
         opt.zero_grad()
         loss.backward()
         opt.step()
+    trained_s = time.perf_counter() - started
     reference = pictures(512, cfg.image_size, torch.Generator().manual_seed(99))
 
     def sample(m):
         return family.sample(m.eval(), cfg, n=16, steps=20,
                              generator=torch.Generator().manual_seed(1))
 
-    before = _nearest_rms(sample(untrained), reference)
-    after = _nearest_rms(sample(model), reference)
-    # Measured: untrained 0.54, after 150 steps 0.42; real pictures to their nearest ~0.10.
-    assert after < before - 0.06, (before, after)
+    real = _scores(pictures(16, cfg.image_size, torch.Generator().manual_seed(7)), reference)
+    before, after = _scores(sample(untrained), reference), _scores(sample(model), reference)
+    print(f"pictures {real}, untrained {before}, trained {after} (background %, nearest RMS); "
+          f"{STEPS} steps in {trained_s:.0f} s, all {time.perf_counter() - started:.0f} s")
+    # Measured (100 steps, batch 32; ATEN_CPU_CAPABILITY unset (AVX2 here), avx2 and default
+    # alike): pictures 78.6% black, nearest 0.110; untrained 0.02% and 0.484; trained 73.5% and
+    # 0.117; 40-55 s on a busy 2-core machine. The bounds leave room for other CPUs' numerics.
+    assert abs(after[0] - real[0]) < 15, (real, after)
+    assert before[0] < 5, before
+    assert after[1] < 0.5 * before[1] and after[1] < 0.2, (before, after)
 
 
 def test_each_step_redraws_timesteps_and_noise():

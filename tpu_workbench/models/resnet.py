@@ -111,6 +111,11 @@ class ResNetFamily(ModelFamily):
         img, y = shape_images(batch_size, cfg.image_size, generator, self.n_shapes(cfg))
         return {"x": (img - 0.5) / 0.25, "y": y}  # roughly zero mean, unit variance
 
+    @staticmethod
+    def pixels(x: torch.Tensor) -> torch.Tensor:
+        """A batch's normalised images ``x`` back in [0, 1], as drawn (for showing them)."""
+        return (x * 0.25 + 0.5).clamp(0, 1)
+
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return F.cross_entropy(model(batch["x"]), batch["y"])
 

@@ -1,8 +1,10 @@
-"""UNet: diffusers' ``UNet2DModel`` trained as a DDPM noise predictor on generated shape images.
+"""UNet: diffusers' ``UNet2DModel`` trained as a DDPM denoiser on generated shape images.
 
 Training (Ho et al. 2020): take an image x in [-1, 1], a timestep t and Gaussian noise, form
 ``noisy = sqrt(acp[t]) * x + sqrt(1 - acp[t]) * noise`` with the cumulative product of alphas of
-diffusers' ``DDPMScheduler`` (linear or cosine betas), and regress the noise with MSE. The
+diffusers' ``DDPMScheduler`` (linear or cosine betas), and regress with MSE what the config's
+``prediction`` names (diffusers' ``prediction_type``): the noise (``epsilon``), the clean
+picture (``sample``) or ``v_prediction`` (Salimans & Ho 2022). The
 images are generated :func:`pictures` (a flat-coloured disc or square on black). ``make_batch``
 draws x, t and the noise on the CPU, so a step is deterministic and its graph never changes;
 ``loss`` re-draws t and the noise per step on the device (:func:`_redraw`) and noises there,
@@ -34,6 +36,7 @@ from .resnet import count_macs
 PALETTE = torch.tensor([[0.9, 0.15, 0.1], [0.1, 0.75, 0.2], [0.15, 0.35, 0.95], [0.95, 0.85, 0.1]])
 PICTURE_SHAPES = ("disc", "square")
 BETA_SCHEDULES = ("linear", "squaredcos_cap_v2")
+PREDICTIONS = ("epsilon", "sample", "v_prediction")  # diffusers' prediction_type names
 
 
 def pictures(batch_size: int, image_size: int, generator: torch.Generator) -> torch.Tensor:
@@ -51,6 +54,32 @@ def pictures(batch_size: int, image_size: int, generator: torch.Generator) -> to
     return mask * colour
 
 
+def nearest_pictures(images: torch.Tensor, image_size: int, n_reference: int = 512,
+                     seed: int = 12345) -> tuple[torch.Tensor, torch.Tensor]:
+    """(nearest, rms): for each of `images` (N, 3, S, S) in [0, 1], the nearest of `n_reference`
+    freshly generated pictures (drawn with `seed`) by RMS pixel distance, and that distance."""
+    images = images.float()
+    reference = pictures(n_reference, image_size, torch.Generator().manual_seed(seed))
+    dist = torch.cdist(images.flatten(1), reference.flatten(1)) / images[0].numel() ** 0.5
+    rms, index = dist.min(dim=1)
+    return reference[index], rms
+
+
+def beside_nearest(images: torch.Tensor, image_size: int, columns: int = 8,
+                   n_reference: int = 512) -> torch.Tensor:
+    """`images` (N, 3, S, S) in [0, 1], `columns` a row, each row followed by a row of the
+    images' nearest pictures (:func:`nearest_pictures`): each image above its nearest."""
+    nearest, _ = nearest_pictures(images, image_size, n_reference)
+    rows = [t for i in range(0, len(images), columns)
+            for t in (images[i:i + columns].float(), nearest[i:i + columns])]
+    return torch.cat(rows)
+
+
+def background_pct(images: torch.Tensor) -> float:
+    """The share of pixels (%) whose every channel is below 0.1: black background."""
+    return 100 * (images.float().amax(dim=1) < 0.1).float().mean().item()
+
+
 def picture_scores(images: torch.Tensor, image_size: int, n_reference: int = 512) -> dict:
     """How much `images` (N, 3, S, S) in [0, 1] look like the training pictures.
 
@@ -58,11 +87,8 @@ def picture_scores(images: torch.Tensor, image_size: int, n_reference: int = 512
     of a training picture, under 1% of uniform noise). ``nearest_rms``: RMS pixel distance from
     each image to the nearest of `n_reference` freshly generated pictures, averaged.
     """
-    images = images.float()
-    background = (images.amax(dim=1) < 0.1).float().mean().item()
-    reference = pictures(n_reference, image_size, torch.Generator().manual_seed(12345))
-    dist = torch.cdist(images.flatten(1), reference.flatten(1)) / images[0].numel() ** 0.5
-    return {"background_pct": 100 * background, "nearest_rms": dist.min(dim=1).values.mean().item()}
+    _, rms = nearest_pictures(images, image_size, n_reference)
+    return {"background_pct": background_pct(images), "nearest_rms": rms.mean().item()}
 
 
 @dataclass(frozen=True)
@@ -76,6 +102,7 @@ class UNetConfig:
     norm_num_groups: int = 8
     num_train_timesteps: int = 1000
     beta_schedule: str = "linear"  # diffusers' name: "linear" or "squaredcos_cap_v2" (cosine)
+    prediction: str = "epsilon"  # what the UNet predicts: one of PREDICTIONS
     batch_size: int = 8
 
 
@@ -98,16 +125,27 @@ def _diffusers():
 
 def _scheduler_config(cfg: UNetConfig) -> dict:
     return dict(num_train_timesteps=cfg.num_train_timesteps, beta_schedule=cfg.beta_schedule,
-                beta_start=1e-4, beta_end=0.02, clip_sample=True)
+                beta_start=1e-4, beta_end=0.02, clip_sample=True,
+                prediction_type=cfg.prediction)
+
+
+def alphas_cumprod(cfg: UNetConfig) -> torch.Tensor:
+    """The schedule's cumulative product of alphas (float32, on the CPU), from diffusers'
+    ``DDPMScheduler``: a noisy picture is sqrt(acp[t]) * picture + sqrt(1 - acp[t]) * noise."""
+    with torch.device("cpu"):  # the schedule is data, even when a model is built on 'meta'
+        return _diffusers().DDPMScheduler(**_scheduler_config(cfg)).alphas_cumprod.float()
 
 
 class DDPMUNet(nn.Module):
-    """A noise predictor: ``UNet2DModel``, its noise schedule and a count of the training
-    batches it has seen (both non-saved buffers; the count drives ``_redraw``)."""
+    """A denoiser: ``UNet2DModel``, its noise schedule and a count of the training batches it
+    has seen (both non-saved buffers; the count drives ``_redraw``), and what it predicts
+    (`prediction`, one of :data:`PREDICTIONS`)."""
 
-    def __init__(self, unet: nn.Module, alphas_cumprod: torch.Tensor):
+    def __init__(self, unet: nn.Module, alphas_cumprod: torch.Tensor,
+                 prediction: str = "epsilon"):
         super().__init__()
         self.unet = unet
+        self.prediction = prediction
         self.register_buffer("alphas_cumprod", alphas_cumprod, persistent=False)
         self.register_buffer("draws", torch.zeros((), dtype=torch.long), persistent=False)
 
@@ -140,6 +178,16 @@ def _redraw(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor,
     return x, noise, t
 
 
+def _target(prediction: str, x: torch.Tensor, noise: torch.Tensor,
+            acp: torch.Tensor) -> torch.Tensor:
+    """What the UNet is trained to output for ``noisy = sqrt(acp) x + sqrt(1 - acp) noise``."""
+    if prediction == "sample":
+        return x
+    if prediction == "v_prediction":
+        return acp.sqrt() * noise - (1 - acp).sqrt() * x
+    return noise
+
+
 def _upsample_nearest_2x(module: nn.Module, args: tuple) -> tuple:
     """Forward pre-hook of diffusers' Upsample2D: nearest 2x upsampling as broadcast + reshape.
 
@@ -166,11 +214,12 @@ class UNetFamily(ModelFamily):
     presets = {
         # 0.62 M params, no attention: small enough for interactive XLA:CPU runs.
         "tiny": UNetConfig(),
-        # The same network on 16x16 pictures, cosine schedule, batches of 64. Measured in plain
-        # PyTorch: after 500 steps samples are single coloured blobs on a grey background
-        # (nearest-picture RMS 0.38, untrained 0.50); clean shapes need more steps.
+        # The same network on 16x16 pictures, cosine schedule, predicting the clean picture
+        # (epsilon prediction, at 500 steps of 64, drew coloured blobs on grey). Measured in
+        # plain PyTorch, batches of 32: after 100 steps samples are flat shapes on black
+        # (black 72% of pixels, pictures 75%; nearest-picture RMS 0.11, untrained 0.5).
         "pictures16": UNetConfig(image_size=16, beta_schedule="squaredcos_cap_v2",
-                                 batch_size=64),
+                                 prediction="sample", batch_size=32),
         # DDPM-style (Ho et al.'s CIFAR-10 model at 64x64): ~36 M params, attention at 16x16.
         "ddpm-64": UNetConfig(image_size=64, block_out_channels=(128, 256, 256, 256),
                               layers_per_block=2, attn_levels=(2,), mid_attention=True,
@@ -184,6 +233,9 @@ class UNetFamily(ModelFamily):
         if cfg.beta_schedule not in BETA_SCHEDULES:
             raise SpecError(f"unet beta_schedule must be one of {BETA_SCHEDULES}, got "
                             f"{cfg.beta_schedule!r}")
+        if cfg.prediction not in PREDICTIONS:
+            raise SpecError(f"unet prediction must be one of {PREDICTIONS}, got "
+                            f"{cfg.prediction!r}")
         for key in ("image_size", "layers_per_block", "attention_head_dim", "norm_num_groups",
                     "num_train_timesteps", "batch_size"):
             value = getattr(cfg, key)
@@ -228,9 +280,7 @@ class UNetFamily(ModelFamily):
                     and not module.use_conv_transpose):
                 module.interpolate = False  # upsampled by the hook instead
                 module.register_forward_pre_hook(_upsample_nearest_2x)
-        with torch.device("cpu"):  # the schedule is data, even when the model is built on 'meta'
-            acp = diffusers.DDPMScheduler(**_scheduler_config(cfg)).alphas_cumprod.float()
-        return DDPMUNet(unet, acp)
+        return DDPMUNet(unet, alphas_cumprod(cfg), cfg.prediction)
 
     def make_batch(self, cfg: UNetConfig, batch_size: int, generator: torch.Generator) -> Batch:
         img = pictures(batch_size, cfg.image_size, generator)
@@ -239,19 +289,20 @@ class UNetFamily(ModelFamily):
         return {"x": img * 2 - 1, "noise": noise, "t": t}
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        return self._noise_mse(model, *_redraw(model, batch))
+        return self._mse(model, *_redraw(model, batch))
 
     def evaluate(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """The noise-prediction MSE on the batch as drawn (lower is better; 1.0 is predicting
-        zero noise)."""
-        return self._noise_mse(model, batch["x"], batch["noise"], batch["t"]).detach()
+        """The MSE of the model's prediction (noise, clean picture or v, per its config) on the
+        batch as drawn (lower is better)."""
+        return self._mse(model, batch["x"], batch["noise"], batch["t"]).detach()
 
     @staticmethod
-    def _noise_mse(model: nn.Module, x: torch.Tensor, noise: torch.Tensor,
-                   t: torch.Tensor) -> torch.Tensor:
+    def _mse(model: nn.Module, x: torch.Tensor, noise: torch.Tensor,
+             t: torch.Tensor) -> torch.Tensor:
         acp = model.alphas_cumprod.to(x.device)[t].view(-1, 1, 1, 1)  # gather on the device
         noisy = acp.sqrt() * x + (1 - acp).sqrt() * noise
-        return F.mse_loss(model(noisy, t), noise)
+        return F.mse_loss(model(noisy, t), _target(getattr(model, "prediction", "epsilon"),
+                                                    x, noise, acp))
 
     @torch.no_grad()
     def sample(self, model: nn.Module, cfg: UNetConfig, n: int = 16, steps: int = 50,
@@ -268,8 +319,8 @@ class UNetFamily(ModelFamily):
         model.eval()
         x = torch.randn(n, 3, cfg.image_size, cfg.image_size, generator=generator).to(device)
         for t in sched.timesteps:
-            eps = model(x, torch.full((n,), int(t), dtype=torch.long, device=device))
-            x = sched.step(eps, t, x).prev_sample
+            out = model(x, torch.full((n,), int(t), dtype=torch.long, device=device))
+            x = sched.step(out, t, x).prev_sample
         model.train(was_training)
         return ((x.clamp(-1, 1) + 1) / 2).cpu()
 
