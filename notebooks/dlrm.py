@@ -27,12 +27,10 @@ with app.setup:
 
 @app.function
 def steps_by_strategy(frame: pd.DataFrame):
-    """The step-time chart of the side-by-side runs, one line per strategy (the runs stream in
-    the order of their specs: one device first, then EMBEDDING)."""
+    """The side-by-side runs' step times, one line per run: one device, then EMBEDDING."""
     if "run_id" not in frame:
         return wb.charts.step_times(frame)
-    names = dict(zip(dict.fromkeys(frame["run_id"]), ["single", *EMBEDDING], strict=False))
-    return wb.charts.step_times(frame.assign(mode=frame["run_id"].map(names)))
+    return wb.charts.step_times_per_run(frame, ["single", *EMBEDDING])
 
 
 @app.cell(hide_code=True)
@@ -60,24 +58,34 @@ def _():
 
 @app.cell
 def _():
-    _presets = preset_table("dlrm")[["preset", "params", "batch_size", "embedding_dim",
-                                      "bag_size", "stack_tables", "gflops_per_step"]]
+    nb.table(preset_table("dlrm")[["preset", "params", "batch_size", "embedding_dim",
+                                   "bag_size", "stack_tables", "gflops_per_step"]],
+             label="presets: parameters counted on the meta device; gflops_per_step: "
+                   "analytic, 3 x the MLPs' and dots' matmuls (a lookup moves bytes, it does "
+                   "no FLOPs)")
+    return
+
+
+@app.cell
+def _():
     _tables = sharding.table_sizes("dlrm", "mlperf")
-    _source = "\n\n".join(inspect.getsource(f) for f in (dlrm._stacked_lookup, dlrm.build_net))
     mo.vstack([
-        nb.table(_presets, label="presets: parameters counted on the meta device; "
-                                 "gflops_per_step: analytic, 3 x the MLPs' and dots' matmuls "
-                                 "(a lookup moves bytes, it does no FLOPs)"),
+        mo.md(f"The five 40M-row tables alone are **{_tables['share'].head(5).sum():.0%}** of "
+              f"`mlperf`'s parameters; all {len(_tables)} tables are "
+              f"**{_tables['share'].sum():.2%}**: the MLPs are a rounding error."),
         nb.table(_tables.head(10), label=f"mlperf's largest tables (of {len(_tables)}): rows "
                  "from MLPerf's reference (mlcommons/training recommendation_v2), padded to "
                  "multiples of 128; mb in fp32; share of all the model's parameters",
                  page_size=10),
-        mo.md(f"The five 40M-row tables alone are **{_tables['share'].head(5).sum():.0%}** of "
-              f"the parameters; all {len(_tables)} tables are "
-              f"**{_tables['share'].sum():.2%}**: the MLPs are a rounding error."),
-        mo.accordion({"the model's source": mo.ui.code_editor(_source, language="python",
-                                                              disabled=True)}),
     ])
+    return
+
+
+@app.cell
+def _():
+    _source = "\n\n".join(inspect.getsource(f) for f in (dlrm._stacked_lookup, dlrm.build_net))
+    mo.accordion({"the model's source": mo.ui.code_editor(_source, language="python",
+                                                          disabled=True)})
     return
 
 
@@ -193,12 +201,12 @@ def _(split_runs):
 def _(split_runs):
     _view = None
     if split_runs is not None:
-        _grids = [wb.charts.layout_grid(sharding.layout_frame(split_runs[s]),
-                                        "embedding.weight", MESH, cell=90).properties(
-            title=f"{s}: embedding.weight [8, {TINY.table_rows[0]}, 16]")
-                  for s in EMBEDDING]
+        _grids = {s: wb.charts.layout_grid(sharding.layout_frame(split_runs[s]),
+                                           "embedding.weight", MESH, cell=90).properties(
+            title=f"{s}: embedding.weight [8, {TINY.table_rows[0]}, 16]") for s in EMBEDDING}
         _view = mo.vstack([mo.md("**What each device holds of the stacked tables** "
-                                 "(torch_xla's own per-device index ranges):"), *_grids])
+                                 "(torch_xla's own per-device index ranges; a tab per "
+                                 "strategy):"), mo.ui.tabs(_grids)])
     _view
     return
 
@@ -216,13 +224,11 @@ def _(split_runs):
 
 @app.cell
 def _(split_runs):
+    split_collectives = None if split_runs is None else pd.concat(
+        [sharding.collectives_frame(split_runs[s], chip="v6e", mesh_shape=MESH)
+         .assign(strategy=s) for s in EMBEDDING], ignore_index=True)
     _view = None
-    if split_runs is not None:
-        _coll = pd.concat([sharding.collectives_frame(split_runs[s], chip="v6e",
-                                                      mesh_shape=MESH).assign(strategy=s)
-                           for s in EMBEDDING], ignore_index=True)
-        _by = pd.concat([sharding.collectives_by_source(_coll[_coll["strategy"] == s])
-                         .assign(strategy=s) for s in EMBEDDING], ignore_index=True)
+    if split_collectives is not None:
         _view = mo.vstack([
             mo.md(r"""
             **The collectives each strategy costs**, read from XLA:CPU's partitioned step
@@ -236,10 +242,22 @@ def _(split_runs):
             GSPMD chooses per op by size: with tables no larger than one batch's lookups
             (256 rows here) it all-gathers the whole table instead, as dp would.
             """),
-            wb.charts.collective_bytes(_coll),
-            nb.table(_by[["strategy", "kind", "axis", "source", "count", "mb"]],
-                     label="per strategy: collectives by kind and the op that made them"),
+            wb.charts.collective_bytes(split_collectives),
         ])
+    _view
+    return (split_collectives,)
+
+
+@app.cell
+def _(split_collectives):
+    _view = None
+    if split_collectives is not None:
+        _by = pd.concat([sharding.collectives_by_source(
+            split_collectives[split_collectives["strategy"] == s]).assign(strategy=s)
+            for s in EMBEDDING], ignore_index=True)
+        _view = nb.table(_by[["strategy", "kind", "axis", "source", "count", "mb"]],
+                         label="per strategy: collectives by kind and the op that made them "
+                               "(XLA:CPU's partitioned step; MB per device)")
     _view
     return
 
@@ -248,17 +266,22 @@ def _(split_runs):
 def _(split_runs):
     _view = None
     if split_runs is not None:
-        _lookups = sharding.lookup_ops(split_runs["row"])
-        _summary = sharding.summary_frame(list(split_runs.values()))
-        _view = mo.vstack([
-            nb.table(_lookups, label="row: the gathers and scatters of one device's compiled "
-                                     "step (shapes per device): the lookup of the whole "
-                                     "batch's rows from its slice, and the scatter-add of "
-                                     "their gradients into it"),
-            wb.charts.step_time_per_strategy(_summary).properties(
-                title="steady step time on XLA:CPU (8 virtual devices on this CPU's cores: "
-                      "not a TPU's time)"),
-        ])
+        _view = nb.table(sharding.lookup_ops(split_runs["row"]),
+                         label="row: the gathers and scatters of one device's compiled step "
+                               "(shapes per device): the lookup of the whole batch's rows "
+                               "from its slice, and the scatter-add of their gradients into it")
+    _view
+    return
+
+
+@app.cell
+def _(split_runs):
+    _view = None
+    if split_runs is not None:
+        _view = wb.charts.step_time_per_strategy(
+            sharding.summary_frame(list(split_runs.values()))).properties(
+            title="steady step time on XLA:CPU (8 virtual devices on this CPU's cores: not a "
+                  "TPU's time)")
     _view
     return
 
