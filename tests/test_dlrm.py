@@ -166,6 +166,7 @@ def _validate(**kw):
     (dict(strategy="table", preset="mlperf"), ["'table'", "stacked", "stack_tables"]),
     (dict(preset="criteo"), ["'criteo'", "tiny, mlperf"]),
     (dict(strategy="rows"), ["'rows'", "table, row, column"]),
+    (dict(strategy="row", mode="torch_eager"), ["'row'", "SPMD", "gang"]),
 ])
 def test_bad_input_names_the_value_and_what_is_valid(kw, words):
     with pytest.raises(SpecError) as err:
