@@ -150,3 +150,31 @@ def test_resnet_flops_ratio_by_hand():
     assert "Too many" in resnet.judge_ratio("40", facts)[1]
     assert "not a number" in resnet.judge_ratio("lots", facts)[1]
     assert "out of range" in resnet.judge_ratio("-2", facts)[1]
+
+
+def test_dlrm_strategies_that_fit_a_v6e_16():
+    from tpu_workbench.exercises import dlrm
+    from tpu_workbench.models.dlrm import MLPERF_ROWS
+
+    facts = dlrm.fit_facts()
+    # fp32 tables (rows padded to multiples of 128) split 16 ways; x 4 for the gradients and
+    # AdamW's two moments
+    tables = sum(-(-r // 128) * 128 for r in MLPERF_ROWS) * 128 * 4 / 16
+    # The MLPs whole on every chip, each [out, in] weight in a TPU's 8 x 128 tiles (13 and 479
+    # inputs round up to 128 and 512 lanes, the 1-wide head's out to 8), biases to 128 lanes.
+    mlps = sum(-(-o // 8) * 8 * -(-i // 128) * 128 + -(-o // 128) * 128 for i, o in [
+        (13, 512), (512, 256), (256, 128), (479, 1024), (1024, 1024), (1024, 512), (512, 256),
+        (256, 1)]) * 4
+    assert facts["state_gb"]["row"] == pytest.approx(4 * (tables + mlps) / 1e9, rel=1e-9)
+    # stacked: 26 tables padded to 40M rows, 2 per chip, x 4
+    assert facts["state_gb"]["table"] == pytest.approx(2 * 40e6 * 128 * 4 * 4 / 1e9, rel=1e-3)
+    # column: 8 of 128 columns a chip, padded to 128 lanes as a TPU lays fp32 out: 418 GB
+    assert facts["state_gb"]["column"] == pytest.approx(4 * (tables * 16 + mlps) / 1e9, rel=1e-3)
+    assert dlrm.judge_fit(["row"], facts)[0] == "success"
+    kind, text = dlrm.judge_fit(["row", "table"], facts)
+    assert kind == "warn" and "40M-row" in text
+    assert "lanes are 128 wide" in dlrm.judge_fit(["row", "column"], facts)[1]
+    assert "missing" in dlrm.judge_fit(["dp"], facts)[1] or "dp keeps" in dlrm.judge_fit(
+        ["dp"], facts)[1]
+    assert dlrm.judge_fit([], facts)[0] == "warn" and dlrm.judge_fit(None, facts)[0] == "warn"
+    assert "not one of" in dlrm.judge_fit(["zero"], facts)[1]

@@ -44,6 +44,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "sweep": ("scale.sweeps", "sweep"), "grid": ("scale.sweeps", "grid"),
     "SweepResult": ("scale.sweeps", "SweepResult"), "LiveSteps": ("scale.sweeps", "LiveSteps"),
     "predict": ("planning.predict", "predict"), "fit_check": ("planning.predict", "fit_check"),
+    "embedding_fit_table": ("sharding.fit", "embedding_fit_table"),
     "tpu_compile": ("tpu_compile", "tpu_compile"), "compile_proto": ("tpu_compile",
                                                                      "compile_proto"),
     "TPUCompile": ("tpu_compile", "TPUCompile"), "DoesNotFit": ("tpu_compile", "DoesNotFit"),

@@ -24,6 +24,7 @@ from .sharding import (
     layout_grid,
     memory_bars,
     step_time_per_strategy,
+    step_times_per_run,
 )
 from .sweep import sweep_times
 
@@ -32,6 +33,6 @@ __all__ = [
     "first_vs_steady", "kernel_errors", "kernel_mix", "kernel_schedule", "layout_grid",
     "loss_curves", "memory_bars", "op_mix", "recompile_timeline", "roofline", "save_chart",
     "score_tiles", "steady_times", "step_breakdown",
-    "fit_bars", "step_time_per_strategy", "step_times", "timeline", "top_ops",
+    "fit_bars", "step_time_per_strategy", "step_times", "step_times_per_run", "timeline", "top_ops",
     "sweep_times",
 ]

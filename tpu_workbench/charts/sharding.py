@@ -239,3 +239,20 @@ def fit_bars(table: pd.DataFrame) -> alt.FacetChart:
                                                     title="usable HBM (GB)")])
     return alt.layer(bars, hbm, data=long).properties(width=150, height=220).facet(
         column=alt.Column("slice:N", sort=list(dict.fromkeys(table["slice"])), title=None))
+
+
+def step_times_per_run(steps: pd.DataFrame, names: Sequence[str]) -> alt.Chart:
+    """Step time over steps, one line per run named by `names` in the order the runs appear in
+    ``run_id`` (side-by-side runs of one mode: one device, then each strategy); step 0 includes
+    the compile. Columns: ``run_id``, ``step``, ``wall_ms``."""
+    require_columns(steps, ["run_id", "step", "wall_ms"], "step_times_per_run")
+    label = dict(zip(dict.fromkeys(steps["run_id"]), names, strict=False))
+    frame = steps.assign(run=steps["run_id"].map(label).fillna(steps["run_id"]))
+    return alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d")),
+        y=alt.Y("wall_ms:Q", title="step time (ms)", scale=alt.Scale(type="log")),
+        color=alt.Color("run:N", title="run", sort=list(names)),
+        tooltip=["run", "step", alt.Tooltip("wall_ms:Q", format=",.1f")],
+    ).properties(title=alt.TitleParams("step time per step (step 0 includes compilation)",
+                                       subtitle="measured on this CPU (XLA:CPU)"),
+                 width=420, height=220)

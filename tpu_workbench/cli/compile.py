@@ -13,9 +13,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="hf:llama", help="model family (default: hf:llama)")
     parser.add_argument("--preset", default="tiny", help="size preset (default: tiny)")
     parser.add_argument("--slice", default="v6e-8", help="TPU slice: v6e-8, v6e-16, v5p-8...")
-    parser.add_argument("--strategy", default="fsdp", help="dp, fsdp, tp or dp_tp")
+    parser.add_argument("--strategy", default="fsdp",
+                        help="dp, fsdp, tp or dp_tp; table, row or column for a model with "
+                             "embedding tables (dlrm)")
     parser.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (even)")
-    parser.add_argument("--batch", type=int, default=8, help="global batch (sequences)")
+    parser.add_argument("--batch", type=int, default=8,
+                        help="global batch (sequences; samples for dlrm, which has no --seq-len)")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
                         help="bfloat16: mixed precision (default for hf:*); float32")
     parser.add_argument("--attention", default=None, choices=("eager", "sdpa", "flash"),

@@ -22,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slice", default="v6e-8",
                         help="TPU slice(s), comma-separated: v6e-8,v6e-16 (see chips.SLICES)")
     parser.add_argument("--strategy", default="fsdp",
-                        help="strategies, comma-separated: dp, fsdp, tp, dp_tp")
+                        help="strategies, comma-separated: dp, fsdp, tp, dp_tp (models with "
+                             "embedding tables, dlrm: also table, row, column; their memory "
+                             "per chip from the sharding plan, no step time)")
     parser.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (even)")
     parser.add_argument("--batch", type=int, default=32, help="global batch (sequences)")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
@@ -38,6 +40,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("predict"), help="output folder")
 
 
+def _embedding_fit(args: argparse.Namespace, slices: list[str], strategies: list[str]) -> int:
+    """A model with embedding tables (dlrm): memory per chip from the GSPMD plan, per slice and
+    strategy (no step time: the step-time model is the transformers')."""
+    from ..sharding import EMBEDDING_CONVENTION, embedding_fit_table
+
+    frame = embedding_fit_table(args.model, args.preset, slices, strategies)
+    args.out.mkdir(parents=True, exist_ok=True)
+    tmp = args.out / "fit.csv.tmp"
+    frame.to_csv(tmp, index=False)
+    tmp.replace(args.out / "fit.csv")
+    print(f"ESTIMATED (not compiled, not measured) memory per chip for {args.model} "
+          f"{args.preset}:")
+    cols = [c for c in ("slice", "strategy", "mesh", "tables_gb", "dense_gb", "state_gb",
+                        "usable_gb", "fits") if c in frame]
+    print(frame[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    for _, row in frame[~frame["fits"]].iterrows():
+        print(f"  {row['slice']} {row['strategy']}: does not fit: {row['reason']}")
+    print(f"Convention: {EMBEDDING_CONVENTION}\nwrote {args.out / 'fit.csv'}")
+    return 0
+
+
 def predict(args: argparse.Namespace) -> int:
     from ..charts._common import save_chart
     from ..charts.predict import predicted_step_times
@@ -47,6 +70,11 @@ def predict(args: argparse.Namespace) -> int:
     strategies = [s for s in args.strategy.split(",") if s.strip()]
     if not slices or not strategies:
         raise SpecError("--slice and --strategy need at least one name each")
+    from .. import models
+
+    family = models.get_model(args.model)
+    if family.embedding_tables(family.config(args.preset)):
+        return _embedding_fit(args, slices, strategies)
     started = time.perf_counter()
     frame = run_predict(args.model, args.preset, slices=slices, strategies=strategies,
                         seq_len=args.seq_len, batch_size=args.batch, dtype=args.dtype,

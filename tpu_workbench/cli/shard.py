@@ -14,11 +14,11 @@ import pandas as pd
 from ..errors import SpecError
 from ..runs.spec import ExperimentSpec
 from ..sharding import (
+    ALL_STRATEGIES,
     COLLECTIVE_COLUMNS,
     LAYOUT_COLUMNS,
     MEMORY_COLUMNS,
     MESHES,
-    STRATEGIES,
     collectives_frame,
     ici_assumptions,
     largest_split_tensor,
@@ -26,6 +26,7 @@ from ..sharding import (
     memory_per_device,
     mesh_text,
     parse_mesh,
+    strategies_for,
     strategy_name,
     summary_frame,
 )
@@ -40,8 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mesh", default="2x4",
                         help=f"mesh shape like 2x4 or 8, or a named mesh ({', '.join(MESHES)})")
     parser.add_argument("--strategy", default="dp",
-                        help=f"one of {', '.join(STRATEGIES)}, several comma-separated, or "
-                             "'all' (each runs, tables get a strategy column)")
+                        help=f"one of {', '.join(ALL_STRATEGIES)}, several comma-separated, or "
+                             "'all' (those that apply to the model: table, row and column "
+                             "only where it has embedding tables; each runs, tables get a "
+                             "strategy column)")
     parser.add_argument("--steps", type=int, default=10, help="training steps per strategy")
     parser.add_argument("--mode", default="compile", help="execution mode (default: compile)")
     parser.add_argument("--batch-size", type=int, default=None)
@@ -58,11 +61,16 @@ def specs_from_args(args: argparse.Namespace) -> list[ExperimentSpec]:
 
     mesh = parse_mesh(args.mesh)
     text = args.strategy.strip()
-    names = list(STRATEGIES) if text == "all" else [s.strip() for s in text.split(",")
-                                                    if s.strip()]
+    if text == "all":
+        from .. import models
+
+        family = models.get_model(args.model)
+        names = strategies_for(family, family.config(args.preset))
+    else:
+        names = [s.strip() for s in text.split(",") if s.strip()]
     if not names:
         raise SpecError(f"--strategy {args.strategy!r} names no strategy; valid: "
-                        f"{', '.join(STRATEGIES)} or all")
+                        f"{', '.join(ALL_STRATEGIES)} or all")
     specs = []
     for name in names:
         strategy_name(name)

@@ -1,5 +1,5 @@
-"""Model families: ``mingpt``, ``resnet``, ``unet`` (and ``mlp``, the smallest, for checks), the
-Hugging Face causal LMs ``hf:gpt2``, ``hf:llama``, ``hf:qwen2``, ``hf:gemma2`` (where
+"""Model families: ``mingpt``, ``resnet``, ``unet``, ``dlrm`` (and ``mlp``, the smallest, for
+checks), the Hugging Face causal LMs ``hf:gpt2``, ``hf:llama``, ``hf:qwen2``, ``hf:gemma2`` (where
 ``transformers`` is installed), and a user's own module (``"path/to/file.py:make"``).
 
 Each is a :class:`ModelFamily`; :func:`get_model` returns one by name.
@@ -24,6 +24,7 @@ _FAMILIES = {
     "mingpt": ("mingpt", "MinGPTFamily"),
     "resnet": ("resnet", "ResNetFamily"),
     "unet": ("unet", "UNetFamily"),
+    "dlrm": ("dlrm", "DLRMFamily"),
 }
 # Transformers model_type families (models/hf.py), listed only where transformers is installed.
 _HF_FAMILIES = {
@@ -128,12 +129,12 @@ def load_trained(result: Any) -> tuple[ModelFamily, Any, Any]:
 
 def __getattr__(name: str) -> Any:
     # Keep `import tpu_workbench.models` free of torch until a model is needed.
-    if name in ("Batch", "ModelFamily", "TransformerShape", "n_params"):
+    if name in ("Batch", "EmbeddingTables", "ModelFamily", "TransformerShape", "n_params"):
         from . import base
 
         return getattr(base, name)
     raise AttributeError(name)
 
 
-__all__ = ["Batch", "ModelFamily", "TransformerShape", "count_params", "get_model",
-           "load_trained", "model_names", "n_params", "preset_table"]
+__all__ = ["Batch", "EmbeddingTables", "ModelFamily", "TransformerShape", "count_params",
+           "get_model", "load_trained", "model_names", "n_params", "preset_table"]

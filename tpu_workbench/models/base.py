@@ -37,6 +37,17 @@ class TransformerShape:
     layers_option: str  # the config field that sets `layers` (n_layer, num_hidden_layers)
 
 
+@dataclasses.dataclass(frozen=True)
+class EmbeddingTables:
+    """Embedding tables held in one parameter, declared by their family so that the embedding
+    strategies (``table``, ``row``, ``column``) split them with no model-specific code."""
+
+    param: str  # the parameter's name, e.g. ``embedding.weight``
+    axes: tuple[str, ...]  # each dim's role: ("table", "row", "column") or ("row", "column")
+    rows: tuple[int, ...]  # each table's rows as allocated (padding included)
+    dim: int  # the embedding width (the "column" dim)
+
+
 def n_params(model: nn.Module) -> int:
     """Parameters of `model`, each tied weight counted once (``parameters()`` skips repeats)."""
     return sum(p.numel() for p in model.parameters())
@@ -95,6 +106,13 @@ class ModelFamily:
         """Scalar evaluation metric (a tensor, so it stays on the device until read)."""
         raise NotImplementedError
 
+    def evaluate_batches(self, model: nn.Module, batches: list[Batch]) -> torch.Tensor:
+        """The metric over the whole held-out set: the mean of :meth:`evaluate` per batch (equal
+        sizes); a family whose metric is no mean (an AUC) pools the batches itself."""
+        import torch
+
+        return torch.stack([self.evaluate(model, b).to("cpu") for b in batches]).mean()
+
     # The dtype a real-size preset is planned in (memory, collectives, the compiled step).
     planning_dtype: ClassVar[str] = "float32"
 
@@ -110,6 +128,18 @@ class ModelFamily:
             raise SpecError(f"model {self.name!r} is not a decoder-only transformer (hf:*, "
                             "mingpt): a plan needs its block shape")
         return shape
+
+    def batch_shapes(self, cfg: Any,
+                     batch_size: int) -> dict[str, tuple[tuple[int, ...], str]] | None:
+        """Each batch tensor's shape and dtype name, for a step traced with placeholders
+        (:mod:`tpu_workbench.tpu_compile`), where a family is no sequence model; None: the
+        traced step is a transformer's (token ids of the step's sequence length)."""
+        return None
+
+    def embedding_tables(self, cfg: Any) -> list[EmbeddingTables] | None:
+        """The parameters that hold embedding tables (None: no tables, so no embedding
+        strategy applies)."""
+        return None
 
     def model_axis_widths(self, cfg: Any) -> dict[str, int]:
         """Widths that tensor parallelism splits over a mesh's model axis and that must divide

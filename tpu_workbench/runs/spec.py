@@ -335,7 +335,8 @@ def _check_types(spec: ExperimentSpec) -> None:
         value = getattr(spec, name)
         if not isinstance(value, str):
             raise SpecError(f"{name} must be a string like {example!r}, got {value!r}")
-    for name, valid in (("strategy", "dp, fsdp, tp, dp_tp"), ("change", ", ".join(CHANGES))):
+    for name, valid in (("strategy", "dp, fsdp, tp, dp_tp, table, row, column"),
+                        ("change", ", ".join(CHANGES))):
         value = getattr(spec, name)
         if value is not None and not isinstance(value, str):
             raise SpecError(f"{name} must be None or one of {valid} (a string), got {value!r}")
@@ -437,6 +438,12 @@ def _check_gang(spec: ExperimentSpec) -> None:
     if MODES[spec.mode].runtime.gang_device == "cpu" and spec.device not in ("auto", "cpu"):
         raise SpecError(f"device={spec.device!r} with mesh={spec.mesh}: a plain-PyTorch gang "
                         "runs on the CPU (gloo); use device='auto' or 'cpu'")
+    from ..sharding.mesh import EMBEDDING_STRATEGIES
+
+    if spec.strategy in EMBEDDING_STRATEGIES:
+        raise SpecError(f"strategy {spec.strategy!r} with mode {spec.mode!r}: the embedding "
+                        "strategies run under SPMD (an XLA mode: eager, lazy, compile, dynamo); "
+                        "a gang of processes offers dp, fsdp, tp and dp_tp")
     for name, value in (("capture", spec.capture), ("change", spec.change)):
         if value:
             raise SpecError(f"{name}={value!r} is not offered for a gang (mesh={spec.mesh} with "

@@ -37,7 +37,15 @@ tp       Megatron-style on the ``model`` axis:       replicated
          Linear layers column-parallel, where
          divisible; norms replicated
 dp_tp    as tp                                       split over ``data``
+table    embedding tables stacked on a table dim:    split over every device (dense layers data
+         that dim over every device (whole tables    parallel)
+         per device); every other one replicated
+row      each table's rows over every device         as table
+column   each table's columns over every device      as table
 =======  ==========================================  ============================================
+
+The embedding strategies split only what a family declares (:mod:`.embedding`); a model without
+tables is refused.
 
 tp and dp_tp need a 2-D mesh (data, model); dp and fsdp take a 1-D or 2-D mesh. minGPT's
 attention is split along its fused q/k/v output rows, not regrouped per head, so XLA adds some
@@ -85,15 +93,24 @@ from .collectives import (
     collectives_by_source,
     collectives_frame,
 )
+from .embedding import (
+    embedding_partition,
+    lookup_ops,
+    table_sizes,
+    validate_embedding,
+)
 from .fit import (
     CONVENTION,
+    EMBEDDING_CONVENTION,
     STATE_BYTES,
     activation_bytes,
+    embedding_fit_table,
     fit_table,
     fits,
     logits_bytes,
     model_fit_table,
     parameter_shards,
+    tpu_padded,
 )
 from .ici import (
     ICI_HOP_US,
@@ -120,9 +137,11 @@ from .memory import (
     xla_memory_parts,
 )
 from .mesh import (
+    ALL_STRATEGIES,
     AXES_1D,
     AXES_2D,
     DEFAULT_STRATEGY,
+    EMBEDDING_STRATEGIES,
     MESHES,
     STRATEGIES,
     Partition,
@@ -148,14 +167,25 @@ from .strategies import (
     buffer_specs,
     param_specs,
     plan,
+    strategies_for,
     validate,
 )
 from .summary import (
+    loss_agreement,
     summary_frame,
 )
 
 __all__ = [
     "CONVENTION",
+    "EMBEDDING_CONVENTION",
+    "EMBEDDING_STRATEGIES",
+    "embedding_fit_table",
+    "TPU_TILE",
+    "tpu_padded",
+    "embedding_partition",
+    "lookup_ops",
+    "table_sizes",
+    "validate_embedding",
     "STATE_BYTES",
     "activation_bytes",
     "fit_table",
@@ -164,6 +194,7 @@ __all__ = [
     "parameter_shards",
     "largest_split_tensor", "device_holdings", "collectives_by_source",
     "tensors_by_size",
+    "ALL_STRATEGIES",
     "AXES_1D",
     "AXES_2D",
     "DEFAULT_STRATEGY",
@@ -190,6 +221,7 @@ __all__ = [
     "buffer_specs",
     "param_specs",
     "plan",
+    "strategies_for",
     "validate",
     "LAYOUT_COLUMNS",
     "layout_frame",
@@ -210,4 +242,5 @@ __all__ = [
     "slice_topology",
     "span_text",
     "summary_frame",
+    "loss_agreement",
 ]

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..environment.chips import get_chip, get_slice
 from ..errors import SpecError
-from .mesh import batch_ways, mesh_text, parse_mesh, slice_mesh, strategy_name
+from .mesh import (
+    EMBEDDING_STRATEGIES,
+    batch_ways,
+    mesh_text,
+    parse_mesh,
+    slice_mesh,
+    strategy_name,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -97,6 +104,9 @@ def parameter_shards(strategy: str, mesh_shape: Sequence[int]) -> int:
     strategy = strategy_name(strategy)
     if strategy == "dp":
         return 1
+    if strategy in EMBEDDING_STRATEGIES:
+        raise SpecError(f"strategy {strategy!r} splits embedding tables only, not every "
+                        "parameter alike: its memory per chip is embedding_fit_table's")
     if strategy == "fsdp":
         return math.prod(mesh_shape)
     if len(mesh_shape) != 2:
@@ -202,6 +212,78 @@ def model_fit_table(model: str, preset: str, batch_size: int, seq_len: int,
     return table.assign(model=model, preset=preset, params=n)
 
 
-__all__ = ["CONVENTION", "DEFAULT_SLICES", "LOGIT_BUFFERS", "STATE_BYTES",
+EMBEDDING_CONVENTION = (
+    "From the GSPMD plan (the model built on the meta device, each parameter's largest "
+    "per-device slice, padding included), each slice laid out as a TPU lays out fp32 arrays: "
+    "its last two dims padded to tiles of 8 x 128 (a 16-wide column slice takes 128 lanes); "
+    "fp32 weights, their gradients and AdamW's two moments (16 bytes per parameter held); "
+    f"activations left out (MBs at these batches); fits within {USABLE_FRACTION:.0%} of HBM.")
+TPU_TILE = (8, 128)  # an fp32 array's last two dims on a TPU (libtpu's layouts: T(8,128))
+
+
+def tpu_padded(shard_shape: Sequence[int]) -> int:
+    """Elements a TPU allocates for an fp32 array of `shard_shape`: the last dim rounded up to
+    128 lanes, the one before it to 8 sublanes (a vector: 128 lanes)."""
+    dims = list(shard_shape) or [1]
+    dims[-1] = -(-dims[-1] // TPU_TILE[1]) * TPU_TILE[1]
+    if len(dims) > 1:
+        dims[-2] = -(-dims[-2] // TPU_TILE[0]) * TPU_TILE[0]
+    return math.prod(dims)
+
+
+def embedding_fit_table(model: str, preset: str, slices: Sequence[str] = DEFAULT_SLICES,
+                        strategies: Sequence[str] = ("dp", "table", "row", "column"),
+                        options: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Per-chip training state of a family with embedding tables under each strategy on each
+    slice, read from :func:`~tpu_workbench.sharding.plan` on the slice's chips in one axis
+    (:data:`EMBEDDING_CONVENTION`). ``table`` plans the family's ``table_wise_options`` (the
+    tables stacked) where its own tables cannot be split whole. Columns: ``slice``,
+    ``strategy``, ``mesh``, ``options``, ``tables_gb`` (the largest per-chip slices of the
+    table parameters, in a TPU's layout: :func:`tpu_padded`), ``dense_gb``, ``params_gb``,
+    ``state_gb`` (weights, grads, AdamW), ``usable_gb``, ``fits``, ``reason``."""
+    import pandas as pd
+
+    from .. import models
+    from .strategies import plan, validate
+
+    family = models.get_model(model)
+    tables = family.embedding_tables(family.config(preset, **(options or {})))
+    rows = []
+    for name in slices:
+        sl = get_slice(name)
+        mesh = (sl.chips,)
+        usable = USABLE_FRACTION * get_chip(sl.chip).hbm_gb
+        for strategy in strategies:
+            strategy = strategy_name(strategy)
+            opts = dict(options or {})
+            if strategy == "table" and tables and any("table" not in t.axes for t in tables):
+                opts.update(getattr(family, "table_wise_options", {}))
+            row = {"slice": sl.name, "strategy": strategy, "mesh": mesh_text(mesh),
+                   "options": opts}
+            cfg = family.config(preset, **opts)
+            try:
+                validate(mesh, strategy, family, cfg, sl.chips)
+            except SpecError as e:
+                rows.append({**row, "fits": False, "reason": str(e)})
+                continue
+            frame = plan(model, preset, mesh, strategy, opts)
+            names = {t.param for t in family.embedding_tables(cfg) or []}
+            is_table = frame["tensor"].isin(names)
+            per = frame["shard_shape"].map(tpu_padded) * 4  # fp32, as a TPU lays it out
+            weights = float(per.sum())
+            state = weights * sum(STATE_BYTES["float32"]) / STATE_BYTES["float32"][0]
+            ok = state / 1e9 <= usable
+            rows.append({**row, "tables_gb": float(per[is_table].sum()) / 1e9,
+                         "dense_gb": float(per[~is_table].sum()) / 1e9,
+                         "params_gb": weights / 1e9, "state_gb": state / 1e9,
+                         "usable_gb": usable, "fits": ok,
+                         "reason": f"{strategy} on {sl.name}: {state / 1e9:.1f} GB of training "
+                                   f"state per chip {'fits in' if ok else 'exceeds'} "
+                                   f"{usable:.1f} GB usable"})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["CONVENTION", "DEFAULT_SLICES", "EMBEDDING_CONVENTION", "LOGIT_BUFFERS",
+           "STATE_BYTES", "TPU_TILE", "embedding_fit_table", "tpu_padded",
            "activation_bytes", "fit_table", "fits", "logits_bytes", "model_fit_table",
            "parameter_shards"]

@@ -14,6 +14,17 @@ STRATEGIES: dict[str, str] = {
     "tp": "tensor parallel (Megatron): layers split over the model axis, batch replicated",
     "dp_tp": "data x tensor parallel: tp over the model axis, batch split over the data axis",
 }
+# Strategies that split only a family's declared embedding tables (ModelFamily.embedding_tables),
+# each along the dim of its name's role; the dense layers and the batch are data parallel.
+EMBEDDING_STRATEGIES: dict[str, str] = {
+    "table": "table-wise: whole embedding tables per device (a stack of tables split on its "
+             "table axis), dense layers and the batch data parallel over every device",
+    "row": "row-wise: each embedding table's rows split over every device, dense layers and the "
+           "batch data parallel",
+    "column": "column-wise: each embedding table's columns (its width) split over every device, "
+              "dense layers and the batch data parallel",
+}
+ALL_STRATEGIES: dict[str, str] = {**STRATEGIES, **EMBEDDING_STRATEGIES}
 
 
 DEFAULT_STRATEGY = "dp"
@@ -39,7 +50,8 @@ MESHES: dict[str, tuple[int, ...]] = _named_meshes()
 def slice_mesh(slice_: Any, strategy: str | None) -> tuple[int, ...]:
     """The mesh a strategy uses over a slice's chips (a :class:`~tpu_workbench.environment.chips.
     Slice`): every chip on one data axis for dp and fsdp, the slice's (data, model) mesh for tp
-    and dp_tp (its model axis along the last physical axis)."""
+    and dp_tp (its model axis along the last physical axis); the embedding strategies split
+    tables and the batch over every chip, one axis."""
     if strategy_name(strategy) in ("tp", "dp_tp"):
         return slice_.mesh_2d
     return (slice_.chips,)
@@ -86,11 +98,11 @@ def axis_names(mesh_shape: Sequence[int]) -> tuple[str, ...]:
 
 
 def strategy_name(strategy: str | None) -> str:
-    """A strategy's name (None means ``dp``), checked against :data:`STRATEGIES`."""
+    """A strategy's name (None means ``dp``), checked against :data:`ALL_STRATEGIES`."""
     name = DEFAULT_STRATEGY if strategy is None else strategy
-    if name not in STRATEGIES:
-        raise SpecError(f"unknown strategy {name!r}; valid strategies: {', '.join(STRATEGIES)} "
-                        "(None means dp)")
+    if name not in ALL_STRATEGIES:
+        raise SpecError(f"unknown strategy {name!r}; valid strategies: "
+                        f"{', '.join(ALL_STRATEGIES)} (None means dp)")
     return name
 
 
@@ -104,7 +116,7 @@ def batch_axes(strategy: str, mesh_shape: Sequence[int]) -> tuple[str, ...]:
     """Mesh axes the batch (dim 0 of each input) is split over under `strategy`."""
     names = axis_names(mesh_shape)
     strategy = strategy_name(strategy)
-    if strategy == "fsdp":
+    if strategy == "fsdp" or strategy in EMBEDDING_STRATEGIES:
         return names
     if strategy == "tp":
         return ()

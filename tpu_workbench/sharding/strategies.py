@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     import pandas as pd
     from torch import nn
 
+from .embedding import table_specs, validate_embedding
 from .mesh import (
-    STRATEGIES,
+    ALL_STRATEGIES,
+    EMBEDDING_STRATEGIES,
     Partition,
     _all_devices,
     axis_names,
@@ -110,6 +112,14 @@ def param_specs(model: nn.Module, strategy: str | None,
         raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), got mesh "
                         f"{mesh_text(mesh_shape)}")
     out: dict[str, Partition | None] = {}
+    if strategy in EMBEDDING_STRATEGIES:  # the declared tables split, the rest data parallel
+        axes = getattr(model, "embedding_axes", None)
+        if not axes:
+            raise SpecError(f"strategy {strategy!r} splits embedding tables, but this model "
+                            "declares none (an embedding_axes attribute); use dp, fsdp, tp or "
+                            "dp_tp")
+        tables = table_specs(axes, strategy, mesh_shape)
+        return {name: tables.get(name) for name, _ in model.named_parameters()}
     seen: set[int] = set()
     for path, module in model.named_modules():
         for pname, p in module.named_parameters(recurse=False):
@@ -142,7 +152,7 @@ def buffer_specs(model: nn.Module, strategy: str | None,
                 continue
             name = f"{path}.{bname}" if path else bname
             shape = tuple(b.shape)
-            if strategy == "dp":
+            if strategy == "dp" or strategy in EMBEDDING_STRATEGIES:
                 out[name] = None
             elif strategy == "fsdp":
                 out[name] = _fsdp_partition(shape, mesh_shape)
@@ -158,7 +168,7 @@ def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | Non
     Builds the model on the ``meta`` device (no memory, no torch_xla). Columns: ``tensor``,
     ``shape``, ``dtype``, ``partition``, ``pieces`` (how many slices), ``params``, ``bytes`` (in
     the parameter's own dtype: an ``options={"dtype": "bfloat16"}`` hf:* model's are 2 each),
-    ``bytes_per_device`` (the largest slice, padded).
+    ``shard_shape`` and ``bytes_per_device`` (the largest slice, padded).
     """
     import pandas as pd
     import torch
@@ -177,12 +187,20 @@ def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | Non
         size = params[name].element_size()
         pieces = [axis_product(e, mesh_shape) for e in (part or (None,) * len(shape))]
         n = math.prod(shape)
-        per_dev = math.prod(-(-s // k) for s, k in zip(shape, pieces, strict=True))
+        shard = [-(-s // k) for s, k in zip(shape, pieces, strict=True)]
         rows.append({"tensor": name, "shape": shape,
                      "dtype": str(params[name].dtype).removeprefix("torch."),
                      "partition": partition_text(part), "pieces": math.prod(pieces),
-                     "params": n, "bytes": size * n, "bytes_per_device": size * per_dev})
+                     "params": n, "bytes": size * n, "shard_shape": shard,
+                     "bytes_per_device": size * math.prod(shard)})
     return pd.DataFrame(rows)
+
+
+def strategies_for(family: Any, cfg: Any) -> list[str]:
+    """The strategies that apply to a family's config: every one, but the embedding strategies
+    only where it declares embedding tables."""
+    tables = family.embedding_tables(cfg)
+    return [s for s in ALL_STRATEGIES if tables or s not in EMBEDDING_STRATEGIES]
 
 
 def _nearest_multiples(n: int, k: int) -> str:
@@ -200,7 +218,8 @@ def validate(mesh_shape: Sequence[int], strategy: str | None, family: Any, cfg: 
     the fix. `family` is a :class:`~tpu_workbench.models.base.ModelFamily` (its
     ``model_axis_widths`` says what tensor parallelism must divide); imports no torch_xla."""
     if strategy is not None and not isinstance(strategy, str):  # [..] is unhashable
-        raise SpecError(f"strategy must be None or one of {', '.join(STRATEGIES)} (a string), "
+        raise SpecError(f"strategy must be None or one of {', '.join(ALL_STRATEGIES)} (a "
+                        "string), "
                         f"got {strategy!r}")
     strategy = strategy_name(strategy)
     mesh = tuple(mesh_shape)
@@ -210,6 +229,8 @@ def validate(mesh_shape: Sequence[int], strategy: str | None, family: Any, cfg: 
     if strategy in ("tp", "dp_tp") and len(mesh) != 2:
         raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), e.g. (2, 4) or "
                         f"(1, {mesh[0]}); got mesh {mesh_text(mesh)}. dp and fsdp take a 1-D mesh")
+    if strategy in EMBEDDING_STRATEGIES:
+        validate_embedding(strategy, mesh, family, cfg)
     axes = batch_axes(strategy, mesh)
     if axes:
         k = batch_ways(strategy, mesh)

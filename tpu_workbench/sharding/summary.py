@@ -45,3 +45,23 @@ def summary_frame(results: Iterable[Any]) -> pd.DataFrame:
             else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def loss_agreement(results: Iterable[Any], baseline: Any) -> pd.DataFrame:
+    """Each sharded run's losses beside one device's (`baseline`) at the same steps: one row per
+    run, ``strategy``, ``mesh``, ``steps``, ``losses`` (list), ``max_rel_diff`` (the largest
+    relative difference from the baseline's loss at the same step)."""
+    import pandas as pd
+
+    base = baseline.steps.set_index("step")["loss"]
+    rows = []
+    for result in results:
+        loss = result.steps.set_index("step")["loss"]
+        common = loss.index.intersection(base.index)
+        diff = ((loss[common] - base[common]).abs() / base[common].abs()).max()
+        rows.append({"strategy": strategy_name(result.spec.strategy) if result.spec.mesh
+                     else "single", "mesh": mesh_text(result.spec.mesh) if result.spec.mesh
+                     else "1", "steps": len(common),
+                     "losses": [round(float(v), 6) for v in loss[common]],
+                     "max_rel_diff": float(diff)})
+    return pd.DataFrame(rows)

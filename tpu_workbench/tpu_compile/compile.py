@@ -294,8 +294,15 @@ def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fs
     if strategy is None:
         raise SpecError(f"strategy must be one of {', '.join(sharding.STRATEGIES)}, got None")
     dtype = dtype or family.planning_dtype
-    family.block_shape(family.config(preset, **dict(options or {})))  # a transformer's step only
-    opts = step_options(family, preset, seq_len, dtype, dict(options or {}))
+    cfg = family.config(preset, **dict(options or {}))
+    if family.batch_shapes(cfg, 1) is not None:  # no sequence model (dlrm): its own batch
+        if dtype != family.planning_dtype or layers is not None:
+            raise SpecError(f"{family.name} compiles in {family.planning_dtype} with all its "
+                            f"layers; got dtype={dtype!r}, layers={layers!r}")
+        opts = dict(options or {})
+    else:
+        family.block_shape(cfg)  # a transformer's step only
+        opts = step_options(family, preset, seq_len, dtype, dict(options or {}))
     if layers is not None:
         opts[family.block_shape(family.config(preset, **opts)).layers_option] = layers
     mesh = sharding.slice_mesh(sl, strategy)
@@ -350,7 +357,9 @@ def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "
     say(f"tracing {model} {preset} {spec.strategy} on {'x'.join(map(str, spec.mesh))} virtual "
         "devices (nothing runs)")
     traced = run(spec, task="trace", pool=pool, timeout=timeout, reuse=True)
-    what = f"{model} {preset} {spec.strategy} (batch {batch_size} x {seq_len} tokens)"
+    seq_len = int(traced.summary.get("seq_len", seq_len))  # 0: no sequence model (dlrm)
+    what = f"{model} {preset} {spec.strategy} (batch {batch_size}" + (
+        f" x {seq_len} tokens)" if seq_len else ")")
     say(f"compiling {what} for {plan.slice} with libtpu {version}")
     program = compile_proto(Path(traced.out_dir) / "step.pb", plan.slice, plan.mesh,
                             plan.retarget_from, timeout, what,

@@ -111,9 +111,15 @@ def trace(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
                             "exp_avg_sq": placeholder(p, specs[name])}
             state_specs += [(opt.state[p]["exp_avg"], specs[name]),
                             (opt.state[p]["exp_avg_sq"], specs[name])]
-    seq_len = 2 * int(cfg.length)
-    batch = {k: placeholder(torch.empty(spec.batch_size, seq_len, dtype=torch.long, device="meta"),
-                            batch_partition(spec.strategy, mesh.mesh_shape, 2)) for k in "xy"}
+    shapes = family.batch_shapes(cfg, spec.batch_size)
+    if shapes is None:  # a transformer: token ids and targets of the step's sequences
+        seq_len = 2 * int(cfg.length)
+        shapes = {k: ((spec.batch_size, seq_len), "int64") for k in "xy"}
+    else:
+        seq_len = 0
+    batch = {k: placeholder(torch.empty(shape, dtype=getattr(torch, dtype), device="meta"),
+                            batch_partition(spec.strategy, mesh.mesh_shape, len(shape)))
+             for k, (shape, dtype) in shapes.items()}
     autocast = (torch.autocast("xla", dtype=torch.bfloat16) if mixed
                 else contextlib.nullcontext())
     with autocast, tpu_lowering():  # Pallas kernels (flash attention) lowered for the TPU

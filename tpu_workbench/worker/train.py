@@ -75,9 +75,8 @@ def _evaluate(family: Any, model: torch.nn.Module, batches: list[Batch],
     model.eval()
     with torch.no_grad():
         model.to(device)
-        values = [family.evaluate(model, {k: v.to(device) for k, v in b.items()}).to("cpu")
-                  for b in batches]
-    return float(torch.stack(values).mean())
+        return float(family.evaluate_batches(
+            model, [{k: v.to(device) for k, v in b.items()} for b in batches]))
 
 
 def train(ctx: Any, spec_dict: dict[str, Any], backend: Backend) -> dict[str, Any]:
