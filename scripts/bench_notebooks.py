@@ -9,11 +9,13 @@ For each notebook, each repetition:
 Every row also says how many worker processes started (the runner's TPU_WORKBENCH_WORKER_LOG).
 `--notebooks floor` times marimo's own floor on this machine: a notebook of one cell that
 imports what the workbench's setup cells import (marimo, pandas, altair) and draws one bar chart.
-No notebook can open faster than that here.
+No notebook can open faster than that here. `floor_cells` is that floor with as many cells as
+the quickstart (22; 21 of one line of text): what marimo spends per cell, with nothing to compute.
+`--notebooks PATH.py` times any notebook (first open and re-open).
 Times start when the page is opened (the server is already up: see the `server start` row), in
 a 1400x900 window (`--height`).
 
-    .venv/bin/python scripts/bench_notebooks.py --repeat 3 --notebooks floor,quickstart,sharding
+    .venv/bin/python scripts/bench_notebooks.py --repeat 3 --notebooks floor,floor_cells,quickstart,sharding
     .venv/bin/python scripts/bench_notebooks.py --repeat 1 --notebooks quickstart --json b.json
 
 A benchmark, not a test: it reports, it does not judge. Run it on an idle machine; the load
@@ -49,6 +51,7 @@ INTERACTIONS = {
     "quickstart": {"label": "steps", "button": r"^(run|train|measure)"},
     "sharding": {"label": "strategy", "button": r"^run$", "value": "fsdp"},
     "floor": None,  # FLOOR below: nothing to change
+    "floor_cells": None,  # FLOOR and 21 cells of one line of text: marimo's cost per cell
 }
 FLOOR = '''import marimo
 
@@ -68,6 +71,17 @@ def _():
 if __name__ == "__main__":
     app.run()
 '''
+# The floor with as many cells as the quickstart (22): what marimo itself spends per cell (an
+# editor, a status, an output each), with one chart and nothing else to compute or draw.
+FLOOR_CELLS = FLOOR.replace("\n\nif __name__", "".join(f'''
+
+@app.cell
+def _():
+    import marimo as _mo
+
+    _mo.md("Cell {i}: one line of narrative text.")
+    return
+''' for i in range(1, 22)) + "\n\nif __name__")
 
 
 def _worker_starts(log: Path) -> int:
@@ -149,10 +163,10 @@ def change_and_run(page, label: str, button: str, value: str | None = None) -> s
 def one_repetition(name: str, timeout_s: float, env: dict[str, str],
                    height: int = 900) -> dict:
     work = Path(tempfile.mkdtemp(prefix="tpu-workbench-bench-"))
-    notebook = ROOT / "notebooks" / f"{name}.py"
-    if name == "floor":  # beside a pyproject that runs it on open, as the project's does
-        notebook = work / "floor.py"
-        notebook.write_text(FLOOR)
+    notebook = Path(name) if name.endswith(".py") else ROOT / "notebooks" / f"{name}.py"
+    if name in ("floor", "floor_cells"):  # beside a pyproject that runs it on open, as the
+        notebook = work / f"{name}.py"     # project's does
+        notebook.write_text(FLOOR if name == "floor" else FLOOR_CELLS)
         (work / "pyproject.toml").write_text("[tool.marimo.runtime]\nauto_instantiate = true\n")
     log = work / "workers.log"
     env = {**env, "TPU_WORKBENCH_RESULTS": str(work / "results"),
@@ -175,7 +189,7 @@ def one_repetition(name: str, timeout_s: float, env: dict[str, str],
                     row[f"{phase}_chart_s"] = chart
                     row[f"{phase}_idle_s"] = idle - t0
                     row[f"{phase}_workers"] = _worker_starts(log) - starts
-                    if phase == "reopen" and INTERACTIONS[name]:
+                    if phase == "reopen" and INTERACTIONS.get(name):
                         row["reopen_reused_labels"] = page.evaluate(
                             "() => (document.body.innerText.match(/Reused/g) || []).length")
                         spec = INTERACTIONS[name]
@@ -222,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="repetitions per notebook (default 3)")
     ap.add_argument("--notebooks", default="floor,quickstart,sharding",
-                    help=f"comma-separated, from: {', '.join(INTERACTIONS)}")
+                    help=f"comma-separated, from: {', '.join(INTERACTIONS)}; or a notebook's "
+                         "path (first open and re-open only: no control is changed)")
     ap.add_argument("--timeout", type=float, default=900, metavar="S",
                     help="seconds to wait for any one phase (default 900)")
     ap.add_argument("--smoke", action="store_true",
@@ -235,9 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     # On SIGTERM (timeout, kill) unwind, so the marimo servers and their workers are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     names = [n.strip() for n in args.notebooks.split(",") if n.strip()]
-    unknown = [n for n in names if n not in INTERACTIONS]
+    unknown = [n for n in names if n not in INTERACTIONS
+               and not (n.endswith(".py") and Path(n).is_file())]
     if unknown:
-        ap.error(f"unknown notebook(s): {', '.join(unknown)}")
+        ap.error(f"unknown notebook(s): {', '.join(unknown)} (valid: {', '.join(INTERACTIONS)}, "
+                 "or the path of a notebook file ending in .py)")
     env = {**os.environ, **({"TPU_WORKBENCH_SMOKE": "1"} if args.smoke else {})}
     load_start = os.getloadavg()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in load_start)} "
