@@ -15,7 +15,8 @@ the quickstart (22; 21 of one line of text): what marimo spends per cell, with n
 Times start when the page is opened (the server is already up: see the `server start` row), in
 a 1400x900 window (`--height`).
 
-    .venv/bin/python scripts/bench_notebooks.py --repeat 3 --notebooks floor,floor_cells,quickstart,sharding
+    .venv/bin/python scripts/bench_notebooks.py --repeat 3 \
+        --notebooks floor,floor_cells,quickstart,sharding
     .venv/bin/python scripts/bench_notebooks.py --repeat 1 --notebooks quickstart --json b.json
 
 A benchmark, not a test: it reports, it does not judge. Run it on an idle machine; the load

@@ -45,7 +45,7 @@ def test_bench_refuses_an_unknown_notebook():
     assert "unknown notebook(s): nope" in proc.stderr
     proc = _run("bench_notebooks.py", "--notebooks", "floor_cells,notebooks/no_such.py")
     assert proc.returncode == 2
-    assert "unknown notebook(s): notebooks/no_such.py (valid: floor" in proc.stderr
+    assert "unknown notebook(s): notebooks/no_such.py (valid: quickstart" in proc.stderr
 
 
 def test_worker_benchmark_refuses_an_unknown_runtime_before_starting_anything():
