@@ -93,15 +93,15 @@ def _(model, modes, run_training, steps):
               for _m in modes.value]
     # A fresh worker per mode (a warm one would serve `compile` the graph `lazy` compiled);
     # smoke runs (CI) share workers.
-    comparison = (SECTIONS.run_live("training", run_training, _specs, cold=not SMOKE)
-                  if _specs else None)
+    comparison = (SECTIONS.run_live("training", run_training, _specs, cold=not SMOKE,
+                                    final_chart=False) if _specs else None)
     step_chart = None
     if not _specs:
         mo.output.replace(mo.callout(mo.md("Pick at least one mode above."), kind="info"))
     elif comparison is not None and len(comparison.steps):
         # the live chart, drawn again as a control: a click picks a step
         step_chart = mo.ui.altair_chart(wb.charts.step_times(comparison.steps))
-        mo.output.replace(step_chart)
+        mo.output.replace(nb.with_chip_metrics(step_chart, nb.chip_samples(comparison.results)))
     return comparison, step_chart
 
 

@@ -62,3 +62,18 @@ def test_tables_wrap_long_text_and_drop_a_filtered_index():
     table = notebook.table(frame)
     assert table._component_args["wrapped-columns"] == ["why"]  # read whole, not cut at "..."
     assert table.data.index.equals(pd.RangeIndex(2))  # no "Index0" column of the old rows
+
+
+
+def test_run_live_leaves_the_finished_chart_to_a_caller_that_draws_its_own(results, shown):
+    """The quickstart draws the finished runs' chart itself (clickable): run_live must not
+    draw it first, or the browser draws the same chart twice on every open."""
+    import tpu_workbench as wb
+
+    spec = wb.ExperimentSpec(model="mlp", preset="tiny", mode="torch_eager", steps=3)
+    wb.run(spec)
+    runs = notebook.run_live([spec], reuse=True)
+    assert runs.results[0].reused and len(shown) == 1  # the stored run's chart
+    shown.clear()
+    runs = notebook.run_live([spec], reuse=True, final_chart=False)
+    assert runs.results[0].reused and len(runs.steps) == 3 and shown == []

@@ -147,14 +147,15 @@ def image_grid(images, columns: int = 8, scale: int = 3):
 
 
 def run_live(specs: list, cold: bool = False, every_s: float = 0.5, chart=None,
-             reuse: bool = False, chart_every_s: float = 5.0):
+             reuse: bool = False, chart_every_s: float = 5.0, final_chart: bool = True):
     """Run `specs` one after another inside a marimo cell: a progress bar over all their steps
     and a chart that grows as records stream in (`chart(steps_frame)`, default the step-time
     chart), redrawn when a run ends and at most every `chart_every_s` in between: drawing a
     chart costs the browser CPU that the timed steps of a 2-core machine would feel.
     ``reuse=True`` shows stored runs of the same specs and environment instead of measuring
-    them (see :func:`tpu_workbench.runs.store.reusable`). Returns the Comparison (``.result()`` for
-    a single spec)."""
+    them (see :func:`tpu_workbench.runs.store.reusable`). ``final_chart=False``: the caller
+    draws the finished runs' chart itself (a clickable one), so it is not drawn twice. Returns
+    the Comparison (``.result()`` for a single spec)."""
     import time
 
     import marimo as mo
@@ -190,7 +191,7 @@ def run_live(specs: list, cold: bool = False, every_s: float = 0.5, chart=None,
 
         comparison = run_many(specs, on_update=update, every_s=every_s, cold=cold, reuse=reuse,
                               on_record=keep)
-    if len(comparison.steps):
+    if final_chart and len(comparison.steps):
         mo.output.replace(with_chip_metrics(chart(comparison.steps),
                                             chip_samples(comparison.results)))
     return comparison

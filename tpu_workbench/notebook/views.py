@@ -3,6 +3,7 @@ compile beside XLA:CPU's, the chip table, where the page runs, predictions and l
 
 from __future__ import annotations
 
+import functools
 import html
 from dataclasses import dataclass
 from typing import Any
@@ -82,11 +83,19 @@ class CapturedStep:
     text and its :func:`~tpu_workbench.hlo.summary`."""
 
     result: Any
-    before: Any
     after: Any
     after_text: str
     kernels: Any
     summary: dict
+
+    @functools.cached_property
+    def before(self):
+        """The instructions before optimisation, parsed when first read (the quickstart
+        never reads them)."""
+        from .. import hlo
+
+        return hlo.instructions(hlo.main_module(hlo.load_run_hlo(self.result),
+                                                "before_optimizations"))
 
 
 def captured_step(result) -> CapturedStep | None:
@@ -101,8 +110,7 @@ def captured_step(result) -> CapturedStep | None:
     after_text = hlo.main_module(files, "after_optimizations")
     after, summary = step_hlo(result)
     kernels = store.derived_frame(result, "kernels", lambda: hlo.kernels(after))
-    before = hlo.instructions(hlo.main_module(files, "before_optimizations"))
-    return CapturedStep(result, before, after, after_text, kernels, summary)
+    return CapturedStep(result, after, after_text, kernels, summary)
 
 
 def profile_ops(result):
