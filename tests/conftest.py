@@ -24,6 +24,19 @@ def results(tmp_path, monkeypatch):
     return tmp_path / "results"
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """In-process PyTorch on one thread for a module (``pytestmark = pytest.mark.usefixtures(
+    "one_torch_thread")``): two OpenMP threads on a 2-core machine that is running anything else
+    (a worker, a browser) spin at every barrier and make small steps 10-50x slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # The longest test files (from the CI log's --durations), started first: the suite runs on two
 # pytest workers a file at a time (scripts/dev.py), and longest-first makes them finish together.
 LONGEST_FIRST = ["test_notebooks.py", "test_models_xla.py", "test_modes.py",

@@ -23,12 +23,7 @@ LIBTPU = Path(__file__).resolve().parents[1] / ".venv-libtpu" / "bin" / "python"
 EMBEDDING = ("table", "row", "column")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # steady on a busy 2-core machine (see test_models.py)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # steady on a busy machine
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,14 +18,7 @@ from tpu_workbench.models import get_model
 FAMILIES = ("mingpt", "resnet", "unet")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Two OpenMP threads on a 2-core machine that is running anything else (a worker, a browser)
-    # spin at every barrier and make these small steps 10-50x slower; one thread is steady.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # steady on a busy machine
 
 
 def build(name: str, preset: str = "tiny", seed: int = 0, **overrides):

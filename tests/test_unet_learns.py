@@ -19,12 +19,7 @@ from tpu_workbench.models.unet import pictures
 STEPS, CYCLE = 100, 64  # the worker cycles through up to 64 generated batches too
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # steady on a busy 2-core machine (see test_models.py)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # steady on a busy machine
 
 
 def _scores(images: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
