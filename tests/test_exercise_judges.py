@@ -178,3 +178,13 @@ def test_dlrm_strategies_that_fit_a_v6e_16():
         ["dp"], facts)[1]
     assert dlrm.judge_fit([], facts)[0] == "warn" and dlrm.judge_fit(None, facts)[0] == "warn"
     assert "not one of" in dlrm.judge_fit(["zero"], facts)[1]
+
+
+def test_typed_number_reads_what_readers_type_and_refuses_the_rest():
+    from tpu_workbench.exercises import typed_number
+
+    assert typed_number(" 1,234.5 KiB", "KiB") == 1234.5
+    assert typed_number("13X", "x") == typed_number("13", "x") == 13.0
+    assert typed_number("480kib", "KiB") == 480.0
+    for bad in ("", None, "abc", "nan", "inf", "12 MiB"):
+        assert typed_number(bad, "KiB") is None, bad

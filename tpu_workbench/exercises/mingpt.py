@@ -5,6 +5,8 @@ than twice the parameters."""
 
 from __future__ import annotations
 
+from . import typed_number
+
 PRESET = "gpt2"
 LAYERS = 24  # GPT-2 small has 12 blocks
 TOLERANCE = 0.01  # 12 d^2 per block (biases and norms left out) is within 0.2 %
@@ -43,13 +45,11 @@ def judge_deeper(answer: str | None, facts: dict) -> tuple[str, str]:
     `facts` (:func:`deeper_facts`): right within :data:`TOLERANCE`. Pure: it starts nothing
     and imports nothing."""
     text = str(answer if answer is not None else "").strip()
-    number = text.upper().removesuffix("M").strip().replace(",", "")
-    try:
-        said = float(number)
-    except ValueError:
+    said = typed_number(text, "M")
+    if said is None:
         return "warn", (f"{text!r} is not a number: enter millions of parameters, such as "
                         "`150` or `150.5`.")
-    if not 0 < said < 1e6 or said != said:
+    if not 0 < said < 1e6:
         return "warn", (f"{said:g} is out of range: enter millions of parameters, a number "
                         "above 0 and below 1,000,000.")
     right = facts["params"] / 1e6

@@ -5,6 +5,8 @@ three float32 scratch buffers of which m and l are 128 lanes wide."""
 
 from __future__ import annotations
 
+from . import typed_number
+
 # Gemma 2's head_dim, in bfloat16: the page fixes head_dim at 32, so no control prints this.
 QUESTION = {"block_q": 64, "block_k": 256, "head_dim": 256, "dtype": "bfloat16"}
 KIB = 1024
@@ -66,13 +68,11 @@ def judge_vmem(answer: str | None, facts: dict) -> tuple[str, str]:
     (:func:`vmem_facts`). Pure: it starts nothing and imports nothing."""
     q = facts["question"]
     text = str(answer if answer is not None else "").strip()
-    number = text.lower().removesuffix("kib").strip().replace(",", "")
-    try:
-        said = float(number)
-    except ValueError:
+    said = typed_number(text, "KiB")
+    if said is None:
         return "warn", (f"{text!r} is not a number: enter the KiB one grid step needs, such as "
                         "`480` (a number, optionally followed by KiB).")
-    if not said > 0 or said != said or said > 1024 * 1024:
+    if not 0 < said <= 1024 * 1024:
         return "warn", (f"{said:g} KiB is out of range: a grid step holds more than 0 and "
                         "less than 1 GiB (a TPU core's VMEM is far smaller); enter KiB.")
     total = facts["total"]

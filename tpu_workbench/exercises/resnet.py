@@ -6,6 +6,8 @@ The page shows tiny's FLOPs and no FLOPs of resnet18."""
 
 from __future__ import annotations
 
+from . import typed_number
+
 BIG, SMALL = "resnet18", "tiny"
 TOLERANCE = 0.10  # the four stages alone (12.25x) are within 7%; the stem is the rest
 
@@ -46,12 +48,11 @@ def judge_ratio(answer: str | None, facts: dict) -> tuple[str, str]:
     """``(callout kind, markdown)`` for `answer` (a ratio, as typed, "13" or "13x") against
     `facts` (:func:`ratio_facts`): right within :data:`TOLERANCE`. Pure: starts nothing."""
     text = str(answer if answer is not None else "").strip()
-    try:
-        said = float(text.lower().removesuffix("x").strip().replace(",", ""))
-    except ValueError:
+    said = typed_number(text, "x")
+    if said is None:
         return "warn", (f"{text!r} is not a number: enter how many times the FLOPs, such as "
                         "`20` or `20x`.")
-    if not 0 < said < 1e6 or said != said:
+    if not 0 < said < 1e6:
         return "warn", f"{said:g} is out of range: enter a ratio above 0 and below 1,000,000."
     right = facts["ratio"]
     if abs(said - right) <= TOLERANCE * right:

@@ -5,6 +5,8 @@ way it is 45 degrees and the picture's scale is cos(45 degrees) = 0.71, not 0.5.
 
 from __future__ import annotations
 
+from . import typed_number
+
 PRESET = "pictures16"
 T = 500
 TOLERANCE = 0.02  # absolute, on a scale from 0 to 1; cos(pi / 4) alone is 0.005 off
@@ -37,12 +39,9 @@ def _worked(f: dict) -> str:
 
 
 def _number(text: str) -> float | None:
-    percent = text.endswith("%")
-    try:
-        value = float(text.removesuffix("%").strip())
-    except ValueError:
-        return None
-    return value / 100 if percent else value
+    """A scale typed as a number from 0 to 1 or as a percentage."""
+    value = typed_number(text, "%")
+    return None if value is None else value / 100 if text.strip().endswith("%") else value
 
 
 def judge_signal(answer: str | None, facts: dict) -> tuple[str, str]:
