@@ -32,15 +32,16 @@ PUBLISHED = [  # slice, global batch, seconds per step, libtpu flags, source
     ("v6e-16", 48, 3.393, NO_COLLECTIVE_MATMUL, "MaxText, tpu-recipes v6e-16 README"),
     ("v6e-32", 96, 3.495, NO_COLLECTIVE_MATMUL, "MaxText, tpu-recipes v6e-32 README"),
     ("v6e-64", 320, 5.652, (), "MaxText, tpu-recipes v6e-64 README (per-device batch 5)"),
-    # v6e-128 and v6e-256 (4.602 s and 4.546 s; torchprime 4.819 s on v6e-256) are left out:
-    # above 64 chips the step is traced on 64 devices and its shardings rewritten, which the
-    # flash kernel's per-device shapes do not allow (tpu_compile refuses it).
+    # Above 64 chips predict compiles the per-chip equivalent: v6e-64 at 4 sequences per chip.
+    ("v6e-128", 512, 4.602, (), "MaxText, tpu-recipes v6e-128 README (per-device batch 4)"),
+    ("v6e-256", 1024, 4.546, (), "MaxText, tpu-recipes v6e-256 README (per-device batch 4)"),
+    ("v6e-256", 1024, 4.819, (), "torchprime torch_xla_models/README.md @d0d7f36"),
 ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--slices", default="v6e-8,v6e-16,v6e-32,v6e-64")
+    parser.add_argument("--slices", default="v6e-8,v6e-16,v6e-32,v6e-64,v6e-128,v6e-256")
     parser.add_argument("--out", type=Path, default=Path("predict-bench"))
     args = parser.parse_args()
     import pandas as pd

@@ -314,9 +314,12 @@ def _shard_args(*argv: str):
 def test_cli_all_means_the_strategies_that_apply():
     cli, args = _shard_args("--model", "dlrm", "--strategy", "all")
     assert [s.strategy for s in cli.specs_from_args(args)] == [
-        "dp", "fsdp", "tp", "dp_tp", "table", "row", "column"]
+        "dp", "fsdp", "tp", "dp_tp", "fsdp_tp", "table", "row", "column"]
     cli, args = _shard_args("--model", "mingpt", "--strategy", "all")
-    assert [s.strategy for s in cli.specs_from_args(args)] == ["dp", "fsdp", "tp", "dp_tp"]
+    assert [s.strategy for s in cli.specs_from_args(args)] == [
+        "dp", "fsdp", "tp", "dp_tp", "fsdp_tp"]  # no ep: mingpt has no experts
+    cli, args = _shard_args("--model", "hf:mixtral", "--strategy", "all")
+    assert "ep" in [s.strategy for s in cli.specs_from_args(args)]
 
 
 def test_cli_refuses_an_embedding_strategy_without_tables(capsys):

@@ -27,6 +27,12 @@ PUBLISHED = {
     ("hf:gpt2", "gpt2"): 124_439_808,
     ("hf:llama", "llama-3.2-1b"): 1_235_814_400,
     ("hf:llama", "llama-3-8b"): 8_030_261_248,
+    ("hf:llama", "llama-3.1-8b"): 8_030_261_248,
+    ("hf:llama", "llama-3.1-70b"): 70_553_706_496,
+    ("hf:llama", "llama-3.1-405b"): 405_853_388_800,
+    ("hf:mixtral", "mixtral-8x7b"): 46_702_792_704,
+    ("hf:gemma2", "gemma-2-2b"): 2_614_341_888,
+    ("hf:gemma2", "gemma-2-27b"): 27_227_128_320,
     ("hf:qwen2", "qwen2.5-7b"): 7_615_616_512,
     ("hf:gemma2", "gemma-2-9b"): 9_241_705_984,
 }

@@ -216,3 +216,46 @@ def test_calibration_compares_a_measurement_with_the_range():
     assert not slower["in_range"] and slower["error"] == pytest.approx(0.5)
     with pytest.raises(SpecError, match="measured_ms"):
         steptime.calibration(row, 0)
+
+
+def test_flash_above_64_chips_is_planned_as_its_per_chip_equivalent():
+    from tpu_workbench.tpu_compile.compile import equivalent_slice
+
+    assert equivalent_slice("v6e-256", 768) == ("v6e-64", 192)  # 3 sequences per chip
+    assert equivalent_slice("v6e-32", 96) == ("v6e-32", 96)  # small enough: itself
+    with pytest.raises(SpecError, match=r"v6e-128 at batch_size=100: no per-chip equivalent.*"
+                                        r"a multiple of 128"):
+        equivalent_slice("v6e-128", 100)
+
+
+def test_collectives_over_every_chip_are_retimed_on_the_larger_torus():
+    import pandas as pd
+
+    from tpu_workbench.sharding.ici import collective_time_us
+
+    frame = pd.DataFrame({"kind": ["all-gather", "collective-permute"],
+                          "buffer_bytes": [1e9, 1e6], "group_size": [64, 2],
+                          "estimated_us": [1.0, 2.0]})
+    wide = steptime.widen_collectives(frame, "v6e", 64, (16, 16))
+    assert wide["estimated_us"][0] == collective_time_us("all-gather", 1e9, None, (16, 16))
+    assert wide["group_size"].tolist() == [256, 2] and wide["estimated_us"][1] == 2.0
+    assert frame["estimated_us"][0] == 1.0  # the input is left alone
+
+
+def test_flash_on_v6e_128_reuses_the_v6e_64_program_at_the_same_batch_per_chip(pool):
+    """Traced once (64 virtual devices, batch 64): v6e-128 at batch 128 is that program on
+    twice the chips. Per chip the compute is the same; the collectives run on longer rings and
+    the weight and Adam shards are half as large."""
+    from tpu_workbench.planning.predict import predict
+
+    kw = dict(strategies=["fsdp"], seq_len=128, attention="flash", whole=True, pool=pool,
+              options={"max_position_embeddings": 128})
+    big = predict("hf:llama", "tiny", slices=["v6e-128"], batch_size=128, **kw).iloc[0]
+    small = predict("hf:llama", "tiny", slices=["v6e-64"], batch_size=64, **kw).iloc[0]
+    assert big["compiled_as"].startswith("v6e-64 at batch 64 (the same 1 sequences per chip)")
+    assert big["compiled_for"] == small["compiled_for"] == "v6e:8x8"
+    assert small["compiled_as"] == ""
+    assert big["predicted_roofline_ms"] == pytest.approx(small["predicted_roofline_ms"])
+    assert big["predicted_ici_ms"] > small["predicted_ici_ms"]  # more hops around 8x16
+    assert big["compiler_memory_gb"] < small["compiler_memory_gb"]
+    assert big["predicted_mfu"] > 0 and big["fits"]

@@ -377,7 +377,7 @@ def test_cli_rejects_bad_input_before_running(tmp_path):
         shard_cli.shard(parser.parse_args(["--out", str(blocker / "sub")]))
     specs = shard_cli.specs_from_args(parser.parse_args(["--strategy", "all", "--mesh", "v6e-8",
                                                   "--out", str(tmp_path)]))
-    assert [s.strategy for s in specs] == ["dp", "fsdp", "tp", "dp_tp"]
+    assert [s.strategy for s in specs] == ["dp", "fsdp", "tp", "dp_tp", "fsdp_tp"]
     assert all(s.device_count == math.prod(s.mesh) == 8 and s.capture == ("hlo",) for s in specs)
 
 

@@ -1,6 +1,7 @@
 """Model families: ``mingpt``, ``resnet``, ``unet``, ``dlrm`` (and ``mlp``, the smallest, for
-checks), the Hugging Face causal LMs ``hf:gpt2``, ``hf:llama``, ``hf:qwen2``, ``hf:gemma2`` (where
-``transformers`` is installed), and a user's own module (``"path/to/file.py:make"``).
+checks), the Hugging Face causal LMs ``hf:gpt2``, ``hf:llama``, ``hf:mixtral``, ``hf:qwen2``,
+``hf:gemma2`` (where ``transformers`` is installed), and a user's own module
+(``"path/to/file.py:make"``).
 
 Each is a :class:`ModelFamily`; :func:`get_model` returns one by name.
 """
@@ -30,6 +31,7 @@ _FAMILIES = {
 _HF_FAMILIES = {
     "hf:gpt2": ("hf", "GPT2Family"),
     "hf:llama": ("hf", "LlamaFamily"),
+    "hf:mixtral": ("mixtral", "MixtralFamily"),
     "hf:qwen2": ("hf", "Qwen2Family"),
     "hf:gemma2": ("hf", "Gemma2Family"),
 }

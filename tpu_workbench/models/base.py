@@ -141,6 +141,10 @@ class ModelFamily:
         strategy applies)."""
         return None
 
+    def expert_count(self, cfg: Any) -> int:
+        """Experts per mixture-of-experts layer, which expert parallelism splits (0: none)."""
+        return 0
+
     def model_axis_widths(self, cfg: Any) -> dict[str, int]:
         """Widths that tensor parallelism splits over a mesh's model axis and that must divide
         by its size (minGPT: heads and embedding width); empty where a strategy splits only

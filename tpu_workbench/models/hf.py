@@ -364,6 +364,9 @@ _TINY = dict(vocab_size=16, hidden_size=128, intermediate_size=256, num_hidden_l
              tie_word_embeddings=True)
 _NO_DROPOUT = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # GPT-2's default is 0.1
 _LLAMA3 = dict(vocab_size=128256, rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001)
+_LLAMA31 = dict(max_position_embeddings=131072, rope_parameters=dict(
+    rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+    high_freq_factor=4.0, original_max_position_embeddings=8192))
 
 
 class GPT2Family(HFFamily):
@@ -429,6 +432,18 @@ class LlamaFamily(HFFamily):
             _LLAMA3, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
             num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
             rope_parameters=dict(rope_type="default", rope_theta=500000.0)), batch_size=8),
+        # meta-llama/Llama-3.1-8B: 8,030,261,248 parameters (Llama 3's shapes, 128K positions).
+        "llama-3.1-8b": HFConfig(dict(
+            _LLAMA3, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+            num_attention_heads=32, num_key_value_heads=8, **_LLAMA31), batch_size=8),
+        # meta-llama/Llama-3.1-70B: 70,553,706,496 parameters.
+        "llama-3.1-70b": HFConfig(dict(
+            _LLAMA3, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+            num_attention_heads=64, num_key_value_heads=8, **_LLAMA31), batch_size=8),
+        # meta-llama/Llama-3.1-405B: 405,853,388,800 parameters.
+        "llama-3.1-405b": HFConfig(dict(
+            _LLAMA3, hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
+            num_attention_heads=128, num_key_value_heads=8, **_LLAMA31), batch_size=8),
     }
 
 
@@ -461,4 +476,19 @@ class Gemma2Family(HFFamily):
             query_pre_attn_scalar=256, sliding_window=4096, max_position_embeddings=8192,
             final_logit_softcapping=30.0, attn_logit_softcapping=50.0),
             batch_size=8),
+        # google/gemma-2-2b: 2,614,341,888 parameters.
+        "gemma-2-2b": HFConfig(dict(
+            vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+            num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+            query_pre_attn_scalar=256, sliding_window=4096, max_position_embeddings=8192,
+            final_logit_softcapping=30.0, attn_logit_softcapping=50.0),
+            batch_size=8),
+        # google/gemma-2-27b: 27,227,128,320 parameters (queries scaled by 144 = 4608 / 32).
+        "gemma-2-27b": HFConfig(dict(
+            vocab_size=256000, hidden_size=4608, intermediate_size=36864, num_hidden_layers=46,
+            num_attention_heads=32, num_key_value_heads=16, head_dim=128,
+            query_pre_attn_scalar=144, sliding_window=4096, max_position_embeddings=8192,
+            final_logit_softcapping=30.0, attn_logit_softcapping=50.0),
+            batch_size=8),
     }
+

@@ -25,7 +25,13 @@ from ..errors import SpecError
 from ..runs.workers import WorkerPool
 from ..sharding.ici import ici_assumptions
 from ..tpu_compile import DoesNotFit, TPUCompile, tpu_compile
-from ..tpu_compile.compile import checked_flags, step_options, step_plan
+from ..tpu_compile.compile import (
+    MAX_TRACE_DEVICES,
+    checked_flags,
+    equivalent_slice,
+    step_options,
+    step_plan,
+)
 from ..tpu_compile.results import usable_hbm_bytes
 from . import steptime
 
@@ -50,14 +56,20 @@ MEMORY_PARTS = ("arguments", "outputs", "aliased", "temp")
 # v6e-32 Llama-3-8B step, 16.3 GB of temporaries with one block, 22.6 GB with two and three).
 BLOCKS = (2, 3)
 COMPILED_COLUMNS = ["compiler_memory_gb", "estimate_error", "collectives", "libtpu", "compiled_for",
-                    "compile_s", "predict_s"]
+                    "compiled_as", "compile_s", "predict_s"]
 
 
-def _program_totals(program: TPUCompile, chip: str) -> dict[str, float]:
+def _program_totals(program: TPUCompile, chip: str,
+                    widen_to: Any | None = None) -> dict[str, float]:
     """:func:`steptime.totals` of a compiled step, and its memory parts (bytes, ``mem:*``).
     FLOPs the compiler counts that no HLO op shows (Pallas kernels: flash attention, a custom
-    call to XLA) are one more compute-bound op."""
+    call to XLA) are one more compute-bound op. `widen_to`: the larger slice the program is
+    the per-chip equivalent of (its collectives over every chip re-timed there)."""
     ops = program.ops
+    collectives = program.collectives
+    if widen_to is not None:
+        collectives = steptime.widen_collectives(collectives, chip, MAX_TRACE_DEVICES,
+                                                 widen_to.topology)
     # The compiler's total counts each loop body once, as XLA's cost analysis does: compare it
     # with the ops counted that way too.
     counted_once = (ops["flops"] / ops["trips"]).sum()
@@ -66,7 +78,7 @@ def _program_totals(program: TPUCompile, chip: str) -> dict[str, float]:
         ops = pd.concat([ops, pd.DataFrame([{"name": "pallas kernels", "opcode": "custom-call",
                                              "shape": "", "flops": kernels, "bytes": 0.0}])],
                         ignore_index=True)
-    total = steptime.totals(steptime.op_times(ops, chip, dtype="bfloat16"), program.collectives)
+    total = steptime.totals(steptime.op_times(ops, chip, dtype="bfloat16"), collectives)
     total["kernel_flops"] = kernels
     total.update({f"mem:{k}": float(program.memory[k]) for k in MEMORY_PARTS})
     return total
@@ -121,10 +133,14 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
                 raise SpecError(f"batch_size={batch_size!r} does not split over {ways} data "
                                 f"shards ({strategy} on {sl.name}, mesh "
                                 f"{'x'.join(map(str, mesh))}): use a multiple of {ways}")
+            # Flash above the trace limit: the per-chip equivalent on fewer chips.
+            where, batch = (equivalent_slice(sl.name, batch_size)
+                            if attention == "flash" and len(mesh) == 1
+                            and sl.chips > MAX_TRACE_DEVICES else (sl.name, batch_size))
             for n in ([None] if whole else BLOCKS):  # every compile checked before any runs
-                step_plan(model, preset, sl.name, strategy, seq_len, batch_size, dtype, n,
+                step_plan(model, preset, where, strategy, seq_len, batch, dtype, n,
                           _compile_options(base), libtpu_flags)
-            plans.append((sl, strategy, mesh))
+            plans.append((sl, strategy, mesh, where, batch))
     fit = _fit(family, preset, base, [s.name for s, *_ in plans], strategies, batch_size,
                seq_len, dtype, recompute, attention == "flash").set_index(["slice", "strategy"])
     state = fit["params_gb"] + fit["grads_gb"] + fit["optimizer_gb"]
@@ -135,7 +151,7 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
                             zip(fit.index, state, fit["usable_gb"], strict=True)))
     per_block = {(sl.name, strategy): _block_activation_bytes(
         shape, sl, strategy, mesh, batch_size, seq_len, dtype, recompute, attention == "flash")
-        for sl, strategy, mesh in plans}
+        for sl, strategy, mesh, *_ in plans}
     common = {"block_activation_bytes": per_block,
               "model": model, "preset": preset, "batch_size": batch_size, "seq_len": seq_len,
               "dtype": dtype, "recompute": recompute, "attention": attention or "eager",
@@ -157,8 +173,9 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
                   on_progress: Callable[[str], None] | None,
                   common: dict[str, Any]) -> dict[str, Any]:
     """One row of :func:`predict`: the compiler's memory and verdict, and the prediction."""
-    sl, strategy, mesh = plan
+    sl, strategy, mesh, where, batch = plan
     key = (sl.name, strategy)
+    widen_to = sl if where != sl.name else None
     row = {"slice": sl.name, "chip": sl.chip, "chips": sl.chips, "strategy": strategy,
            "mesh": "x".join(map(str, mesh)), "topology": "x".join(map(str, sl.topology)),
            **{k: v for k, v in common.items() if k != "block_activation_bytes"},
@@ -171,15 +188,15 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
     found = []
     for n in ([None] if whole else BLOCKS):
         try:
-            found.append(tpu_compile(common["model"], common["preset"], sl.name, strategy,
-                                     common["seq_len"], common["batch_size"], common["dtype"],
+            found.append(tpu_compile(common["model"], common["preset"], where, strategy,
+                                     common["seq_len"], batch, common["dtype"],
                                      layers=n, options=_compile_options(options),
                                      libtpu_flags=tuple(common["libtpu_flags"].split()),
                                      pool=pool, timeout=timeout, on_progress=on_progress))
         except DoesNotFit as exc:
             return {**row, "fits": False, "reason": str(exc),
                     "predict_s": time.perf_counter() - started}
-    totals = [_program_totals(p, sl.chip) for p in found]
+    totals = [_program_totals(p, sl.chip, widen_to) for p in found]
     total = totals[0] if whole else steptime.extrapolate(totals[0], totals[1], layers,
                                                          first=BLOCKS[0])
     # The weights, moments and batch grow by the same bytes with every block (extrapolated
@@ -192,6 +209,18 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
     else:
         memory += max(t["mem:temp"] for t in totals) \
             + (layers - BLOCKS[-1]) * common["block_activation_bytes"][(sl.name, strategy)]
+    compiled_as = ""
+    if widen_to is not None:
+        # The weights and Adam moments are sharded over all the slice's chips, not the
+        # equivalent's: their shards shrink by its chips over the slice's (the analytic state
+        # of the fit check, which the compiler's arguments match for fsdp).
+        small = get_slice(where).chips
+        shards = (fit.loc[key, "params_gb"] + fit.loc[key, "optimizer_gb"]) * 1e9
+        memory -= shards * (sl.chips / small - 1) if strategy == "fsdp" else 0.0
+        compiled_as = (f"{where} at batch {batch} (the same {batch // small} sequences per "
+                       f"chip), collectives over every chip re-timed on {sl.name}'s "
+                       f"{sl.topology_text} torus" + (", weight and Adam shards rescaled"
+                                                      if strategy == "fsdp" else ""))
     hbm = usable_hbm_bytes(sl.chip)
     row.update(steptime.predict_step(total, sl.chip, sl.chips, common["model_flops"],
                                      MXU_EFFICIENCY))
@@ -203,6 +232,7 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
                estimate_error=row["estimated_memory_gb"] / (memory / 1e9) - 1,
                collectives=_kinds(found[-1].collectives),
                libtpu=found[0].compiled["libtpu"], compiled_for=found[0].compiled["topology"],
+               compiled_as=compiled_as,
                compile_s=sum(p.compiled["compile_s"] for p in found),
                predict_s=time.perf_counter() - started)
     return row
@@ -219,7 +249,7 @@ def _block_activation_bytes(shape: Any, sl: Any, strategy: str, mesh: tuple[int,
                             flash: bool) -> float:
     """What one more block keeps for the backward pass on one chip, by the convention
     (:func:`tpu_workbench.sharding.activation_bytes`)."""
-    tp = sharding.parameter_shards("tp", mesh) if strategy in ("tp", "dp_tp") else 1
+    tp = sharding.parameter_shards("tp", mesh) if strategy in sharding.TP_STRATEGIES else 1
     local = batch_size // sharding.batch_ways(strategy, mesh)
     one, two = (sharding.activation_bytes(dataclasses.replace(shape, layers=n), local, seq_len,
                                           tp, dtype, recompute, flash) for n in (1, 2))
@@ -253,6 +283,11 @@ def assumptions(chip: str) -> list[str]:
         f"Large models: {BLOCKS[0]} and {BLOCKS[1]} blocks compiled at full width for the slice, "
         "the difference "
         "(time and memory) scaled to the model's blocks (embeddings and head once).",
+        f"Flash attention above {MAX_TRACE_DEVICES} chips (dp, fsdp): the per-chip "
+        f"equivalent is compiled, {MAX_TRACE_DEVICES} chips at the same batch per chip "
+        "(the same program on each chip); collectives over every chip are re-timed on the "
+        "whole slice and fsdp's weight and Adam shards rescaled to it (the optimizer update "
+        "is still timed on the larger shard: a few ms).",
         "Memory per chip: the compiler's arguments + outputs - aliased + temporaries "
         "(mixed precision: fp32 weights and Adam moments, bf16 compute); by blocks, the "
         "temporaries of the larger compile plus, per further block, the activations it keeps "

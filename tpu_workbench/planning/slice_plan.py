@@ -14,6 +14,8 @@ from ..environment.chips import Slice, get_slice
 from ..errors import SpecError
 from ..sharding.ici import collective_time_us, ici_assumptions, span_text
 from ..sharding.mesh import (
+    TP_STRATEGIES,
+    TWO_D_STRATEGIES,
     batch_ways,
     mesh_groups,
     mesh_text,
@@ -36,7 +38,7 @@ def check_mesh(mesh: str | Sequence[int] | None, strategy: str, sl: Slice) -> tu
         raise SpecError(f"mesh {mesh_text(shape)} has {n} devices but {sl.name} has "
                         f"{sl.chips} chips ({sl.hosts} host(s) x {sl.chips_per_host}); a mesh "
                         f"over the whole slice: {sl.chips} or one of {', '.join(pairs)}")
-    if strategy in ("tp", "dp_tp") and len(shape) != 2:
+    if strategy in TWO_D_STRATEGIES and len(shape) != 2:
         raise SpecError(f"strategy {strategy!r} needs a 2-D (data, model) mesh, got "
                         f"{mesh_text(shape)}; on {sl.name}: {mesh_text(sl.mesh_2d)}")
     return shape
@@ -72,11 +74,18 @@ def step_collectives(n_params: int, hidden: int, layers: int, slice_name: str, s
 
     grads = n_params * bytes_per_value
     data, model = shape if len(shape) == 2 else (shape[0], 1)
-    if strategy == "fsdp":  # parameters split over every chip, whatever the mesh's shape
+    if strategy in ("fsdp", "ep"):  # parameters split over every chip, whatever the mesh
         add("parameters, forward", "all-gather", "all", 1, grads)
         add("parameters, backward", "all-gather", "all", 1, grads)
         add("gradients", "reduce-scatter", "all", 1, grads)
-    if strategy in ("tp", "dp_tp"):
+    if strategy == "ep":  # tokens to their experts and back, forward and backward
+        add("tokens to and from the experts (4 per layer)", "all-to-all", "model", 4 * layers,
+            batch_size // batch_ways(strategy, shape) * seq_len * hidden * bytes_per_value)
+    if strategy == "fsdp_tp":  # each chip's 1/model share, split over the data axis
+        add("parameters, forward (1/model share)", "all-gather", "data", 1, grads / model)
+        add("parameters, backward (1/model share)", "all-gather", "data", 1, grads / model)
+        add("gradients (1/model share)", "reduce-scatter", "data", 1, grads / model)
+    if strategy in TP_STRATEGIES:
         local_batch = batch_size // batch_ways(strategy, shape)
         add("activations (2 per layer forward, 2 backward)", "all-reduce", "model",
             4 * layers, local_batch * seq_len * hidden * bytes_per_value)

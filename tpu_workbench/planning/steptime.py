@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from ..environment.chips import Chip, get_chip
 from ..errors import SpecError
+from ..sharding.ici import collective_time_us
 
 # bf16 passes of the MXU per f32 matmul, by torch_xla's mat-mul precision for 32-bit inputs
 # (torch_xla.backends.set_mat_mul_precision's documentation: "default" downcasts to bf16, "high"
@@ -82,6 +83,25 @@ def totals(ops: pd.DataFrame, collectives: pd.DataFrame) -> dict[str, float]:
         key = is_async.map({True: "ici_async_s:", False: "ici_s:"})
         for (k, axis), t in collectives.groupby([key, "axis"])["estimated_us"].sum().items():
             out[f"{k}{axis}"] = float(t) / 1e6
+    return out
+
+
+def widen_collectives(collectives: pd.DataFrame, chip: str | Chip, devices: int,
+                      topology: Sequence[int]) -> pd.DataFrame:
+    """`collectives` of a program compiled for `devices` chips, re-timed for the same program
+    on a slice of `topology`: a collective over every one of the `devices` runs over every chip
+    of the larger slice. It moves the same buffer (a gathered weight, a gradient before its
+    reduce-scatter) around a longer ring; others (a permute between two chips) are unchanged."""
+    out = collectives.copy()
+    if not len(out):
+        return out
+    topology = tuple(int(a) for a in topology)
+    everyone = out["group_size"] == devices
+    out.loc[everyone, "estimated_us"] = [
+        collective_time_us(k, b, None, topology, chip)
+        for k, b in zip(out.loc[everyone, "kind"], out.loc[everyone, "buffer_bytes"],
+                        strict=True)]
+    out.loc[everyone, "group_size"] = math.prod(topology)
     return out
 
 

@@ -479,6 +479,9 @@ def mesh_for(strategy: str, processes: int) -> tuple[int, ...]:
     """The mesh a gang of `processes` gets for `strategy`: 1-D for dp and fsdp, ``(1, n)``
     for tp (every process on the model axis), ``(2, n/2)`` for dp_tp."""
     strategy = sharding.strategy_name(strategy)
+    if strategy in ("fsdp_tp", "ep"):
+        raise SpecError(f"strategy {strategy!r} runs on torch_xla SPMD and in TPU compiles "
+                        "only; a DTensor gang runs dp, fsdp, tp or dp_tp")
     if strategy == "tp":
         return (1, processes)
     if strategy == "dp_tp":

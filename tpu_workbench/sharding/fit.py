@@ -18,6 +18,7 @@ from ..environment.chips import get_chip, get_slice
 from ..errors import SpecError
 from .mesh import (
     EMBEDDING_STRATEGIES,
+    TP_STRATEGIES,
     batch_ways,
     mesh_text,
     parse_mesh,
@@ -107,7 +108,7 @@ def parameter_shards(strategy: str, mesh_shape: Sequence[int]) -> int:
     if strategy in EMBEDDING_STRATEGIES:
         raise SpecError(f"strategy {strategy!r} splits embedding tables only, not every "
                         "parameter alike: its memory per chip is embedding_fit_table's")
-    if strategy == "fsdp":
+    if strategy in ("fsdp", "fsdp_tp", "ep"):  # ep: experts on the model axis, all on data
         return math.prod(mesh_shape)
     if len(mesh_shape) != 2:
         raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), got "
@@ -173,7 +174,7 @@ def fit_table(shape: TransformerShape, n_params: int, batch_size: int, seq_len: 
         for strategy in strategies:
             strategy = strategy_name(strategy)
             mesh = slice_mesh(sl, strategy)
-            t = parameter_shards("tp", mesh) if strategy in ("tp", "dp_tp") else 1
+            t = parameter_shards("tp", mesh) if strategy in TP_STRATEGIES else 1
             ways = batch_ways(strategy, mesh)
             row = {"slice": sl.name, "strategy": strategy, "mesh": mesh_text(mesh)}
             bad = [f"{k}={v}" for k, v in (("heads", shape.heads), ("kv_heads", shape.kv_heads))

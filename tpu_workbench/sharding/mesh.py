@@ -13,7 +13,16 @@ STRATEGIES: dict[str, str] = {
     "fsdp": "fully sharded data parallel: parameters split over all devices, batch too",
     "tp": "tensor parallel (Megatron): layers split over the model axis, batch replicated",
     "dp_tp": "data x tensor parallel: tp over the model axis, batch split over the data axis",
+    "fsdp_tp": "fully sharded x tensor parallel: tp over the model axis, every weight also "
+               "split over the data axis, batch split over the data axis",
+    "ep": "expert parallel: a mixture-of-experts layer's experts split over the model axis "
+          "(tokens travel to them by all-to-all), every weight also split over the data axis "
+          "(other weights over every device), batch split over every device",
 }
+# Strategies on the (data, model) mesh: the model axis splits layers (tp) or experts (ep).
+TWO_D_STRATEGIES = ("tp", "dp_tp", "fsdp_tp", "ep")
+# Strategies whose model axis splits the layers Megatron-style (heads, MLP widths).
+TP_STRATEGIES = ("tp", "dp_tp", "fsdp_tp")
 # Strategies that split only a family's declared embedding tables (ModelFamily.embedding_tables),
 # each along the dim of its name's role; the dense layers and the batch are data parallel.
 EMBEDDING_STRATEGIES: dict[str, str] = {
@@ -52,7 +61,7 @@ def slice_mesh(slice_: Any, strategy: str | None) -> tuple[int, ...]:
     Slice`): every chip on one data axis for dp and fsdp, the slice's (data, model) mesh for tp
     and dp_tp (its model axis along the last physical axis); the embedding strategies split
     tables and the batch over every chip, one axis."""
-    if strategy_name(strategy) in ("tp", "dp_tp"):
+    if strategy_name(strategy) in TWO_D_STRATEGIES:
         return slice_.mesh_2d
     return (slice_.chips,)
 
@@ -116,7 +125,7 @@ def batch_axes(strategy: str, mesh_shape: Sequence[int]) -> tuple[str, ...]:
     """Mesh axes the batch (dim 0 of each input) is split over under `strategy`."""
     names = axis_names(mesh_shape)
     strategy = strategy_name(strategy)
-    if strategy == "fsdp" or strategy in EMBEDDING_STRATEGIES:
+    if strategy in ("fsdp", "ep") or strategy in EMBEDDING_STRATEGIES:
         return names
     if strategy == "tp":
         return ()

@@ -18,6 +18,8 @@ from .embedding import table_specs, validate_embedding
 from .mesh import (
     ALL_STRATEGIES,
     EMBEDDING_STRATEGIES,
+    TP_STRATEGIES,
+    TWO_D_STRATEGIES,
     Partition,
     _all_devices,
     axis_names,
@@ -98,6 +100,35 @@ def _fsdp_partition(shape: tuple[int, ...], mesh_shape: Sequence[int]) -> Partit
     return None
 
 
+def _also_on_data(part: Partition | None, shape: tuple[int, ...],
+                  data: int) -> Partition | None:
+    """`part` (a split over the model axis, or None) with one more dim split over the data
+    axis: the first whole dim the data axis divides (FSDP inside each model shard)."""
+    part = tuple(part) if part else (None,) * len(shape)
+    for i, size in enumerate(shape):
+        if part[i] is None and size % data == 0 and data > 1:
+            return part[:i] + ("data",) + part[i + 1:]
+    return part if any(e is not None for e in part) else None
+
+
+def is_experts(module: nn.Module) -> bool:
+    """A mixture-of-experts layer's stacked experts (Transformers' ``*Experts``: a
+    ``gate_up_proj`` of shape (experts, 2 * inner, hidden) and a ``down_proj``)."""
+    from torch import nn
+
+    return isinstance(getattr(module, "gate_up_proj", None), nn.Parameter) and isinstance(
+        getattr(module, "down_proj", None), nn.Parameter)
+
+
+def _ep_partition(module: nn.Module, shape: tuple[int, ...],
+                  mesh_shape: Sequence[int]) -> Partition | None:
+    """ep: an experts stack split on its expert dim over the model axis (and a weight dim over
+    the data axis); any other weight as fsdp over every device."""
+    if is_experts(module) and len(shape) == 3 and shape[0] % mesh_shape[1] == 0:
+        return _also_on_data(("model", None, None), shape, mesh_shape[0])
+    return _fsdp_partition(shape, mesh_shape)
+
+
 def param_specs(model: nn.Module, strategy: str | None,
                 mesh_shape: Sequence[int]) -> dict[str, Partition | None]:
     """Partition spec of every parameter of `model` (None: replicated), by module path.
@@ -108,7 +139,7 @@ def param_specs(model: nn.Module, strategy: str | None,
     strategy = strategy_name(strategy)
     mesh_shape = tuple(mesh_shape)
     axis_names(mesh_shape)  # checks the rank
-    if strategy in ("tp", "dp_tp") and len(mesh_shape) != 2:
+    if strategy in TWO_D_STRATEGIES and len(mesh_shape) != 2:
         raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), got mesh "
                         f"{mesh_text(mesh_shape)}")
     out: dict[str, Partition | None] = {}
@@ -132,8 +163,12 @@ def param_specs(model: nn.Module, strategy: str | None,
                 spec = None
             elif strategy == "fsdp":
                 spec = _fsdp_partition(shape, mesh_shape)
+            elif strategy == "ep":
+                spec = _ep_partition(module, shape, mesh_shape)
             else:
                 spec = _tp_partition(module, path, pname, shape, mesh_shape[1])
+                if strategy == "fsdp_tp":
+                    spec = _also_on_data(spec, shape, mesh_shape[0])
             out[name] = spec
     return out
 
@@ -154,7 +189,7 @@ def buffer_specs(model: nn.Module, strategy: str | None,
             shape = tuple(b.shape)
             if strategy == "dp" or strategy in EMBEDDING_STRATEGIES:
                 out[name] = None
-            elif strategy == "fsdp":
+            elif strategy in ("fsdp", "ep"):
                 out[name] = _fsdp_partition(shape, mesh_shape)
             else:
                 out[name] = _tp_partition(module, path, bname, shape, mesh_shape[1])
@@ -200,7 +235,8 @@ def strategies_for(family: Any, cfg: Any) -> list[str]:
     """The strategies that apply to a family's config: every one, but the embedding strategies
     only where it declares embedding tables."""
     tables = family.embedding_tables(cfg)
-    return [s for s in ALL_STRATEGIES if tables or s not in EMBEDDING_STRATEGIES]
+    return [s for s in ALL_STRATEGIES if (tables or s not in EMBEDDING_STRATEGIES)
+            and (s != "ep" or family.expert_count(cfg))]
 
 
 def _nearest_multiples(n: int, k: int) -> str:
@@ -226,7 +262,7 @@ def validate(mesh_shape: Sequence[int], strategy: str | None, family: Any, cfg: 
     if len(mesh) not in (1, 2):
         raise SpecError(f"mesh {mesh_text(mesh)} has {len(mesh)} axes; meshes here have 1 axis "
                         "(data,) like (8,) or 2 axes (data, model) like (2, 4)")
-    if strategy in ("tp", "dp_tp") and len(mesh) != 2:
+    if strategy in TWO_D_STRATEGIES and len(mesh) != 2:
         raise SpecError(f"strategy {strategy!r} needs a 2-D mesh (data, model), e.g. (2, 4) or "
                         f"(1, {mesh[0]}); got mesh {mesh_text(mesh)}. dp and fsdp take a 1-D mesh")
     if strategy in EMBEDDING_STRATEGIES:
@@ -245,7 +281,18 @@ def validate(mesh_shape: Sequence[int], strategy: str | None, family: Any, cfg: 
                 f"{mesh_text(mesh)}: strategy {strategy!r} splits the batch {k} ways (the "
                 f"{where}: {of}); batch sizes that would divide are multiples of {k}, e.g. "
                 f"{_nearest_multiples(batch_size, k)}")
-    widths = family.model_axis_widths(cfg) if strategy in ("tp", "dp_tp") else {}
+    if strategy == "ep":
+        experts = family.expert_count(cfg)
+        m = mesh[1] if len(mesh) == 2 else 1
+        if not experts:
+            raise SpecError(f"strategy 'ep' splits a mixture-of-experts layer's experts, but "
+                            f"{family.name} has none; use fsdp, tp, dp_tp or fsdp_tp "
+                            "(hf:mixtral has experts)")
+        if experts % m:
+            raise SpecError(f"strategy 'ep' splits {family.name}'s {experts} experts over the "
+                            f"model axis of mesh {mesh_text(mesh)}, but {m} does not divide "
+                            f"{experts}; use a mesh whose model axis divides {experts}")
+    widths = family.model_axis_widths(cfg) if strategy in TP_STRATEGIES else {}
     m = mesh[1] if len(mesh) == 2 else 1
     bad = {k: v for k, v in widths.items() if v % m}
     if bad:

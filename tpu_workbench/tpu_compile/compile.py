@@ -323,7 +323,8 @@ def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fs
                 f"flash attention on {sl.name}: above {MAX_TRACE_DEVICES} chips the step is "
                 f"traced on {MAX_TRACE_DEVICES} devices and its shardings rewritten, but the "
                 "flash kernel is traced at each device's own shapes, which no rewrite can "
-                f"change; use eager or sdpa attention there, or a slice of at most "
+                "change; compile the per-chip equivalent instead (tpu_workbench.predict does: "
+                f"equivalent_slice()), use eager or sdpa attention, or a slice of at most "
                 f"{MAX_TRACE_DEVICES} chips")
         trace_mesh, retarget_from = (MAX_TRACE_DEVICES,), MAX_TRACE_DEVICES
     spec = ExperimentSpec(model=model, preset=preset, mode="lazy", mesh=trace_mesh,
@@ -331,6 +332,27 @@ def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fs
                           options=opts)
     spec.validate()  # e.g. heads the model axis does not divide
     return StepPlan(spec, sl.name, mesh, dtype, retarget_from)
+
+
+def equivalent_slice(slice: str, batch_size: int) -> tuple[str, int]:
+    """The slice of :data:`MAX_TRACE_DEVICES` chips of the same chip, and the global batch that
+    gives each of its chips the sequences a chip of `slice` gets, for a 1-D strategy (dp, fsdp)
+    on a slice too large to trace with flash attention. Per chip the step is then the same
+    program: the same batch, the same gathered weights, the same kernels; what differs is the
+    size of each weight and Adam shard and of each collective's ring, which the caller rescales
+    (:func:`tpu_workbench.planning.predict.predict`)."""
+    from ..environment.chips import SLICES
+
+    sl = get_slice(slice)
+    if sl.chips <= MAX_TRACE_DEVICES:
+        return sl.name, batch_size
+    small = [s for s in SLICES.values() if s.chip == sl.chip and s.chips == MAX_TRACE_DEVICES]
+    if not small or sl.chips % MAX_TRACE_DEVICES or batch_size % sl.chips:
+        raise SpecError(f"{sl.name} at batch_size={batch_size}: no per-chip equivalent on "
+                        f"{MAX_TRACE_DEVICES} {sl.chip} chips (needs such a slice, a slice of a "
+                        f"multiple of {MAX_TRACE_DEVICES} chips and a batch that is a multiple "
+                        f"of {sl.chips})")
+    return small[0].name, batch_size * MAX_TRACE_DEVICES // sl.chips
 
 
 def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fsdp",

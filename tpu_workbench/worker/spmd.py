@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 from ..sharding.layout import layout_record, tile_shape
 from ..sharding.mesh import Partition, axis_names, batch_partition, strategy_name
-from ..sharding.strategies import buffer_specs, param_specs
+from ..sharding.strategies import buffer_specs, is_experts, param_specs
 
 
 def make_mesh(mesh_shape: Sequence[int]) -> Any:
@@ -40,6 +40,10 @@ def shard_model(model: nn.Module, mesh: Any, strategy: str | None) -> None:
     specs = param_specs(model, strategy, mesh.mesh_shape)
     for name, p in model.named_parameters():
         _mark(p, mesh, specs[name])
+    if strategy_name(strategy) == "ep":  # kernels.moe splits the experts' slots on this axis
+        for module in model.modules():
+            if is_experts(module):
+                module.expert_axis = "model"
     # Every buffer gets an explicit sharding, replicated unless buffer_specs splits it: a buffer
     # the step updates (BatchNorm's num_batches_tracked) and that had none came back from step 0
     # marked replicated, a new input sharding, so step 1 compiled the step a second time.
