@@ -56,10 +56,6 @@ def group_size(seq_len: int) -> int:
     return GROUP_TOKENS if seq_len % GROUP_TOKENS == 0 else seq_len
 
 
-def dispatch_flops(tokens: int, seq_len: int, top_k: int, experts: int, hidden: int) -> float:
-    """FLOPs of one layer's dispatch and combine einsums (forward) over `tokens` tokens."""
-    return 4.0 * tokens * experts * capacity(group_size(seq_len), top_k, experts) * hidden
-
 
 def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
