@@ -34,14 +34,33 @@ def _():
     partitions the step, fuses it, schedules its collectives and assigns every buffer of a
     chip's HBM, as it would on the TPU VM. From that compiled program the step time is
     **predicted**: each op on the chip's roofline, the collectives on the slice's torus, the
-    asynchronous ones hidden behind compute where there is compute to hide them. Checked
-    against published MaxText runs of Llama-3.1-8B on v6e-16/32/64: within 2% (the one fitted
-    constant was fitted on v6e-8; `scripts/bench_predict.py`).
+    asynchronous ones hidden behind compute where there is compute to hide them. Beside it,
+    the instant **estimate** of memory per chip by the workbench's one memory convention
+    (below).
 
-    Beside it, the instant **estimate** of memory per chip by the workbench's one memory
-    convention:
+    ### The record: how far predictions have been from real runs
+
+    Every published v6e run in the workbench's table (MaxText's tpu-recipes and torchprime,
+    each with its source file and commit) predicted the same way, by
+    `scripts/bench_predict.py --record`. The one fitted constant was fitted on one run (hollow)
+    and judged on the others.
     """)
     return
+
+
+@app.cell
+def _():
+    record = wb.validation()
+    mo.hstack([
+        wb.predicted_vs_published(record),
+        mo.vstack([
+            mo.md(wb.validation_summary(record)),
+            nb.table(record[["id", "model", "slice", "workbench_strategy", "global_batch",
+                             "seq_len", "published_s", "predicted_s", "ratio", "reason"]],
+                     label="published runs and their predictions"),
+        ]),
+    ], widths=[1, 1])
+    return (record,)
 
 
 @app.cell(hide_code=True)
@@ -120,11 +139,15 @@ def _(fit_plan, plan, plan_kwargs, plan_model):
 
 
 @app.cell
-def _(predicted):
+def _(predicted, record):
     mo.stop(predicted is None)
     mo.vstack([
         nb.table(nb.prediction_table(predicted),
                  label="predicted per slice and strategy from libtpu's compile (not run)"),
+        mo.md("**How far the closest checked runs were off** (same family, slice size and "
+              "strategy count most):"),
+        nb.table(wb.validation_record(predicted, record),
+                 label="closest published runs per plan"),
         mo.md("**Assumptions of every predicted number:**\n\n" + "\n".join(
             f"- {_a}" for _a in predicted.attrs["assumptions"])),
     ])

@@ -1,19 +1,17 @@
 #!/usr/bin/env python3
-"""Predicted step times against published v6e training runs of Llama-3.1-8B.
+"""Predicted step times against every published v6e run of the validation table.
 
-    .venv/bin/python scripts/bench_predict.py [--slices v6e-8,v6e-16] [--out predict-bench]
+    .venv/bin/python scripts/bench_predict.py [--ids A1,A5,E8] [--record] [--out predict-bench]
 
-Each row compiles the workbench's own step of Llama-3.1-8B's shape (hf:llama llama-3-8b: FSDP,
-seq 8192, torch_xla's flash attention, every block rematerialised, mixed precision) for the
-slice with libtpu, one and two blocks (a few minutes per slice on two cores, cached afterwards),
-and compares the prediction with the published step time at the published global batch. It
-prints the efficiency that would match each run exactly (compute at the chip's peak
-otherwise), so the constant :data:`tpu_workbench.planning.predict.MXU_EFFICIENCY` can be
-checked on the runs it was not fitted to.
-
-Published figures (MaxText on JAX: AI-Hypercomputer/tpu-recipes,
-training/trillium/Llama3.1-8B-MaxText/v6e-N/README.md @ac200eb; torchprime on torch_xla:
-AI-Hypercomputer/torchprime torchprime/torch_xla_models/README.md @d0d7f36).
+For each run of tpu_workbench/planning/published_runs.csv (MaxText's tpu-recipes and
+torchprime; each row names its source file and commit) with a workbench preset, this compiles
+the workbench's own step of that model for the run's slice with libtpu (two and three blocks
+at full width, extrapolated; flash attention, every block rematerialised, the run's libtpu
+flags; a few minutes per program on two cores, cached in results/tpu_compiles afterwards) and
+compares the predicted step time with the published one at the published global batch and
+sequence length. It prints the ratio per row, the worst row and the median, and with
+``--record`` merges the predictions into tpu_workbench/planning/validation.csv, which
+``plan_a_run`` draws. MXU_EFFICIENCY was fitted on row A1 alone; every other row judges it.
 """
 
 from __future__ import annotations
@@ -23,59 +21,73 @@ import sys
 import time
 from pathlib import Path
 
-# MaxText's recipes for v6e-8, -16 and -32 run without collective matmuls (their config
-# llama3_1_8b_8192_no_collective_matmul adds this libtpu flag, DISABLE_COLLECTIVE_MATMUL in
-# MaxText's benchmarks/xla_flags_library.py); the others with the compiler's defaults.
-NO_COLLECTIVE_MATMUL = ("--xla_jf_spmd_threshold_for_windowed_einsum_mib=1000000",)
-PUBLISHED = [  # slice, global batch, seconds per step, libtpu flags, source
-    ("v6e-8", 24, 3.443, NO_COLLECTIVE_MATMUL, "MaxText, tpu-recipes v6e-8 README"),
-    ("v6e-16", 48, 3.393, NO_COLLECTIVE_MATMUL, "MaxText, tpu-recipes v6e-16 README"),
-    ("v6e-32", 96, 3.495, NO_COLLECTIVE_MATMUL, "MaxText, tpu-recipes v6e-32 README"),
-    ("v6e-64", 320, 5.652, (), "MaxText, tpu-recipes v6e-64 README (per-device batch 5)"),
-    # Above 64 chips predict compiles the per-chip equivalent: v6e-64 at 4 sequences per chip.
-    ("v6e-128", 512, 4.602, (), "MaxText, tpu-recipes v6e-128 README (per-device batch 4)"),
-    ("v6e-256", 1024, 4.546, (), "MaxText, tpu-recipes v6e-256 README (per-device batch 4)"),
-    ("v6e-256", 1024, 4.819, (), "torchprime torch_xla_models/README.md @d0d7f36"),
-]
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--slices", default="v6e-8,v6e-16,v6e-32,v6e-64,v6e-128,v6e-256")
+    parser.add_argument("--ids", default="", help="comma-separated run ids (default: all)")
+    parser.add_argument("--record", action="store_true",
+                        help="merge the predictions into tpu_workbench/planning/validation.csv")
     parser.add_argument("--out", type=Path, default=Path("predict-bench"))
     args = parser.parse_args()
     import pandas as pd
 
+    from tpu_workbench.errors import SpecError
     from tpu_workbench.planning import predict as plan
+    from tpu_workbench.planning import validation as val
 
-    wanted = set(args.slices.split(","))
-    rows = []
-    for slice_name, batch, seconds, flags, source in PUBLISHED:
-        if slice_name not in wanted:
-            continue
-        started = time.perf_counter()
-        frame = plan.predict("hf:llama", "llama-3-8b", slices=[slice_name], strategies=["fsdp"],
-                             seq_len=8192, batch_size=batch, recompute=True, attention="flash",
-                             libtpu_flags=flags,
-                             on_progress=lambda m: print(" ", m, file=sys.stderr, flush=True))
-        r = frame.iloc[0]
-        peak_compute = r["predicted_compute_ms"] * plan.MXU_EFFICIENCY  # at 100% of the peak
-        rest = r["predicted_step_ms"] - r["predicted_compute_ms"]
-        fitted = peak_compute / max(seconds * 1e3 - rest, 1e-9)
-        rows.append({"slice": slice_name, "batch": batch, "published_s": seconds,
-                     "predicted_s": r["predicted_step_ms"] / 1e3,
-                     "error": r["predicted_step_ms"] / 1e3 / seconds - 1,
-                     "efficiency_that_matches": fitted, "bottleneck": r["bottleneck"],
-                     "compiler_memory_gb": r["compiler_memory_gb"],
-                     "estimated_memory_gb": r["estimated_memory_gb"], "fits": r["fits"],
-                     "collective_matmul": not flags,
-                     "source": source, "wall_s": time.perf_counter() - started})
-        print(pd.DataFrame(rows[-1:]).to_string(index=False), flush=True)
-    out = pd.DataFrame(rows)
+    runs = val.published_runs()
+    wanted = [i for i in args.ids.split(",") if i]
+    unknown = sorted(set(wanted) - set(runs["id"]))
+    if unknown:
+        parser.error(f"unknown run ids {unknown}; the table has {', '.join(runs['id'])}")
+    if wanted:  # in the order given
+        runs = runs.set_index("id").loc[wanted].reset_index()
     args.out.mkdir(parents=True, exist_ok=True)
-    out.to_csv(args.out / "published.csv", index=False)
+    rows = []
+    for _, run in runs.iterrows():
+        started = time.perf_counter()
+        print(f"[{run['id']}] {run['model']} {run['slice']} batch {run['global_batch']} seq "
+              f"{run['seq_len']} {run['workbench_strategy'] or '-'}", file=sys.stderr, flush=True)
+        row = {"id": run["id"]}
+        try:
+            frame = plan.predict(**val.plan_of(run), on_progress=lambda m: print(
+                "   ", m, file=sys.stderr, flush=True))
+        except SpecError as exc:
+            row["reason"] = str(exc)
+        else:
+            r = frame.iloc[0]
+            row.update(predicted_s=r["predicted_step_ms"] / 1e3,
+                       predicted_min_s=r["predicted_step_min_ms"] / 1e3,
+                       predicted_max_s=r["predicted_step_max_ms"] / 1e3,
+                       bottleneck=r["bottleneck"], mfu=r["predicted_mfu"],
+                       compiler_memory_gb=r["compiler_memory_gb"], fits=bool(r["fits"]),
+                       compiled_as=r["compiled_as"], libtpu=r["libtpu"],
+                       reason=r["reason"] or "")
+        rows.append(row)
+        if args.record:  # after every row: an interrupted bench keeps what it measured
+            val.record([row])
+        shown = {**row, "published_s": run["published_s"], "wall_s": time.perf_counter() - started}
+        if "predicted_s" in row:
+            shown["ratio"] = row["predicted_s"] / run["published_s"]
+        print(pd.DataFrame([shown]).drop(columns=["compiled_as", "libtpu"], errors="ignore")
+              .to_string(index=False), flush=True)
+    ids = [r["id"] for r in rows]
+    table = val.validation(pd.DataFrame(rows, columns=val.RECORDED_COLUMNS))
+    table = table[table["id"].isin(ids)].reset_index(drop=True)
+    table.to_csv(args.out / "validation.csv", index=False)
+    shown = table[["id", "model", "slice", "workbench_strategy", "global_batch", "seq_len",
+                   "published_s", "predicted_s", "ratio", "bottleneck", "fitted"]]
     print(f"\nMXU_EFFICIENCY = {plan.MXU_EFFICIENCY} ({plan.MXU_EFFICIENCY_SOURCE})")
-    print(out.drop(columns=["source"]).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    judged = table[table["ratio"].notna() & ~table["fitted"]]
+    if len(judged):
+        worst = val.worst(table)
+        print(f"\n{len(judged)} rows judged: median ratio {judged['ratio'].median():.3f}, "
+              f"{int(judged['within'].sum())} within ±{val.BAND:.0%}, "
+              f"{int((judged['error'].abs() <= 0.15).sum())} within ±15%; worst "
+              f"{worst['id']} ({worst['model']} {worst['slice']}): ratio {worst['ratio']:.3f}")
+    for r in table[table["ratio"].isna()].itertuples():
+        print(f"not predicted: {r.id} ({r.model} {r.slice}): {r.reason}")
     return 0
 
 

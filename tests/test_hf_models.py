@@ -36,6 +36,8 @@ PUBLISHED = {
     ("hf:qwen2", "qwen2.5-7b"): 7_615_616_512,
     ("hf:gemma2", "gemma-2-9b"): 9_241_705_984,
 }
+# Published only as a headline size: within 0.5% of it.
+HEADLINE = {("hf:mixtral", "mixtral-8x22b"): 141e9, ("hf:gpt2", "gpt3-175b"): 175e9}
 HF = ("hf:gpt2", "hf:llama", "hf:qwen2", "hf:gemma2")
 MESH = (2, 4)
 
@@ -54,6 +56,12 @@ def _meta(model: str, preset: str, **options):
 def test_real_presets_have_the_published_parameter_counts(model, preset):
     _, _, net = _meta(model, preset)
     assert sum(p.numel() for p in net.parameters()) == PUBLISHED[model, preset]
+
+
+@pytest.mark.parametrize("model, preset", list(HEADLINE))
+def test_presets_published_as_a_headline_size_are_within_half_a_percent(model, preset):
+    _, _, net = _meta(model, preset)
+    assert abs(sum(p.numel() for p in net.parameters()) / HEADLINE[model, preset] - 1) < 0.005
 
 
 def test_families_are_listed_and_the_registry_stays_torch_free():

@@ -192,6 +192,35 @@ def test_block_extrapolation_matches_a_whole_compile(pool):
     assert whole["bottleneck"] and not math.isnan(whole["predicted_mfu_max"])
 
 
+def test_a_batch_the_compiler_refuses_is_timed_from_1_and_2_sequences_per_shard(
+        pool, monkeypatch):
+    """gpt-mini, fsdp on a v6e-4 at batch 32 (8 sequences per chip): with the compiler made to
+    refuse anything above 2 per chip, the step is compiled at 1 and 2 and extrapolated. Its
+    FLOPs and roofline are within 10% of the real batch-32 compile's, and the row keeps the
+    refusal (fits False, no memory figure of ours). Its collectives are those the compiler
+    scheduled for the small batch (here they are most of the step, and less of them hides)."""
+    from tpu_workbench.planning import predict as plan
+    from tpu_workbench.tpu_compile import DoesNotFit
+
+    real = plan.tpu_compile
+
+    def refusing(model, preset, slice, strategy, seq_len, batch_size, *a, **kw):
+        if batch_size > 8:
+            raise DoesNotFit(f"needs more HBM than a chip has (batch {batch_size})")
+        return real(model, preset, slice, strategy, seq_len, batch_size, *a, **kw)
+
+    kw = dict(slices=["v6e-4"], strategies=["fsdp"], seq_len=16, batch_size=32, whole=True,
+              pool=pool)
+    exact = plan.predict("mingpt", "gpt-mini", **kw).iloc[0]
+    monkeypatch.setattr(plan, "tpu_compile", refusing)
+    guess = plan.predict("mingpt", "gpt-mini", **kw).iloc[0]
+    assert not guess["fits"] and "extrapolated from 1 and 2 sequences" in guess["reason"]
+    assert math.isnan(guess["compiler_memory_gb"])
+    for col in ("flops_per_device", "predicted_roofline_ms"):
+        assert guess[col] == pytest.approx(exact[col], rel=0.10), col
+    assert guess["predicted_step_ms"] >= guess["predicted_roofline_ms"]
+
+
 def test_mfu_counts_the_models_flops_not_the_replicas(pool):
     """tp on a v6e-4 (mesh 2x2) leaves the batch whole: both rows of the mesh compute the same
     step, so XLA's FLOPs over all chips are about twice the model's. MFU counts the model's
@@ -228,34 +257,60 @@ def test_flash_above_64_chips_is_planned_as_its_per_chip_equivalent():
         equivalent_slice("v6e-128", 100)
 
 
-def test_collectives_over_every_chip_are_retimed_on_the_larger_torus():
+def test_collectives_over_every_chip_or_the_data_axis_are_retimed_on_the_larger_torus():
     import pandas as pd
 
     from tpu_workbench.sharding.ici import collective_time_us
 
     frame = pd.DataFrame({"kind": ["all-gather", "collective-permute"],
                           "buffer_bytes": [1e9, 1e6], "group_size": [64, 2],
-                          "estimated_us": [1.0, 2.0]})
-    wide = steptime.widen_collectives(frame, "v6e", 64, (16, 16))
+                          "axis": ["data", "other"], "estimated_us": [1.0, 2.0]})
+    wide = steptime.widen_collectives(frame, "v6e", (64,), (256,), (16, 16))
     assert wide["estimated_us"][0] == collective_time_us("all-gather", 1e9, None, (16, 16))
     assert wide["group_size"].tolist() == [256, 2] and wide["estimated_us"][1] == 2.0
     assert frame["estimated_us"][0] == 1.0  # the input is left alone
+    # 2-D, (16, 4) for (64, 4): the data axis's ring grows to 64 chips, the model axis's not.
+    frame = pd.DataFrame({"kind": ["all-gather", "all-reduce", "all-reduce"],
+                          "buffer_bytes": [1e9, 1e8, 1e8], "group_size": [16, 4, 64],
+                          "axis": ["data", "model", "all"], "estimated_us": [1.0, 2.0, 3.0]})
+    wide = steptime.widen_collectives(frame, "v6e", (16, 4), (64, 4), (16, 16))
+    assert wide["group_size"].tolist() == [64, 4, 256]
+    assert wide["estimated_us"][0] == collective_time_us("all-gather", 1e9,
+                                                         list(range(0, 256, 4)), (16, 16))
+    assert wide["estimated_us"][1] == 2.0
+    assert wide["estimated_us"][2] == collective_time_us("all-reduce", 1e8, None, (16, 16))
 
 
-def test_flash_on_v6e_128_reuses_the_v6e_64_program_at_the_same_batch_per_chip(pool):
-    """Traced once (64 virtual devices, batch 64): v6e-128 at batch 128 is that program on
-    twice the chips. Per chip the compute is the same; the collectives run on longer rings and
-    the weight and Adam shards are half as large."""
+def test_a_2d_plan_with_flash_on_v6e_128_reuses_the_v6e_64_program_with_its_model_axis(pool):
+    """Traced once (64 virtual devices, mesh 16x4, batch 64): fsdp_tp on v6e-128 (mesh 32x4)
+    at batch 128 is that program on twice the chips. Per chip the compute is the same; the
+    data axis's collectives run on longer rings and the weight and Adam shards are half as
+    large."""
     from tpu_workbench.planning.predict import predict
 
-    kw = dict(strategies=["fsdp"], seq_len=128, attention="flash", whole=True, pool=pool,
-              options={"max_position_embeddings": 128})
+    kw = dict(strategies=["fsdp_tp"], seq_len=128, attention="flash", whole=True, pool=pool,
+              model_axis=4, options={"max_position_embeddings": 128})
     big = predict("hf:llama", "tiny", slices=["v6e-128"], batch_size=128, **kw).iloc[0]
     small = predict("hf:llama", "tiny", slices=["v6e-64"], batch_size=64, **kw).iloc[0]
-    assert big["compiled_as"].startswith("v6e-64 at batch 64 (the same 1 sequences per chip)")
+    assert big["mesh"] == "32x4" and small["mesh"] == "16x4"
+    assert big["compiled_as"].startswith("v6e-64 on mesh 16x4 at batch 64 (the same 4 "
+                                         "sequences per data shard)")
     assert big["compiled_for"] == small["compiled_for"] == "v6e:8x8"
     assert small["compiled_as"] == ""
     assert big["predicted_roofline_ms"] == pytest.approx(small["predicted_roofline_ms"])
-    assert big["predicted_ici_ms"] > small["predicted_ici_ms"]  # more hops around 8x16
+    assert big["predicted_ici_ms"] > small["predicted_ici_ms"]  # longer data-axis rings
     assert big["compiler_memory_gb"] < small["compiler_memory_gb"]
     assert big["predicted_mfu"] > 0 and big["fits"]
+
+
+def test_a_model_axis_that_does_not_divide_is_refused_before_anything_compiles():
+    from tpu_workbench.planning.predict import predict
+
+    with pytest.raises(SpecError, match=r"model_axis=3 must be a positive int dividing "
+                                        r"v6e-16's 16 chips"):
+        predict("hf:llama", "tiny", slices=["v6e-16"], strategies=["tp"], model_axis=3,
+                seq_len=64)
+    with pytest.raises(SpecError, match=r"model_axis=128 on v6e-256: the per-chip equivalent "
+                                        r"on 64 chips needs a model axis that divides 64"):
+        predict("hf:llama", "tiny", slices=["v6e-256"], strategies=["tp"], model_axis=128,
+                batch_size=256, seq_len=64)

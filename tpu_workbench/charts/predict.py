@@ -49,3 +49,40 @@ def predicted_step_times(frame: pd.DataFrame) -> alt.FacetChart:
     ).properties(title=alt.TitleParams(
         f"Predicted step time: {compiled}",
         subtitle="dot: estimate; bar: perfect overlap to no overlap; tick: compute only"))
+
+
+def predicted_vs_published(frame: pd.DataFrame, band: float = 0.25) -> alt.LayerChart:
+    """Predicted against published step time (s, log axes), one point per published run of
+    :func:`tpu_workbench.planning.validation.validation` that has a prediction, coloured by
+    model family; the diagonal is a perfect prediction, the shaded band ±`band`. The run the
+    one constant was fitted on is drawn hollow."""
+    require_columns(frame, ["id", "family", "model", "slice", "workbench_strategy",
+                            "published_s", "predicted_s", "ratio", "fitted", "source_file"],
+                    "predicted_vs_published")
+    data = frame.dropna(subset=["predicted_s"]).copy()
+    data["judged"] = ["fitted (not judged)" if f else "judged" for f in data["fitted"]]
+    values = list(data["published_s"]) + list(data["predicted_s"]) or [1.0, 10.0]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    line = pd.DataFrame({"published_s": [lo, hi]})
+    line = line.assign(low=line["published_s"] * (1 - band), high=line["published_s"] * (1 + band),
+                       predicted_s=line["published_s"])
+    scale = alt.Scale(type="log", domain=[lo, hi])
+    x = alt.X("published_s:Q", scale=scale, title="published step time (s)")
+    shade = alt.Chart(line).mark_area(opacity=0.15, color="gray").encode(
+        x=x, y=alt.Y("low:Q", scale=scale, title="predicted step time (s)"), y2="high:Q")
+    diagonal = alt.Chart(line).mark_line(color="gray", strokeDash=[4, 4]).encode(
+        x=x, y=alt.Y("predicted_s:Q", scale=scale))
+    points = alt.Chart(data).mark_point(size=90, filled=True).encode(
+        x=x, y=alt.Y("predicted_s:Q", scale=scale),
+        color=alt.Color("family:N", title="family"),
+        shape=alt.Shape("judged:N", title=None),
+        tooltip=["id", "model", "slice", alt.Tooltip("workbench_strategy:N", title="strategy"),
+                 "global_batch", "seq_len",
+                 alt.Tooltip("published_s:Q", format=".3f", title="published (s)"),
+                 alt.Tooltip("predicted_s:Q", format=".3f", title="predicted (s)"),
+                 alt.Tooltip("ratio:Q", format=".3f"), "source_file"])
+    return alt.layer(shade, diagonal, points).properties(
+        width=360, height=300, title=alt.TitleParams(
+            f"Predicted vs published: {len(data)} runs",
+            subtitle=f"dashed: exact; band: ±{band:.0%}; hollow: the run the constant was "
+                     "fitted on"))

@@ -387,6 +387,10 @@ class GPT2Family(HFFamily):
         # GPT-2 small (openai-community/gpt2): 124,439,808 parameters, lm_head tied to wte.
         "gpt2": HFConfig(dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12,
                               n_head=12, **_NO_DROPOUT), batch_size=8),
+        # GPT-3 175B's shape (Brown et al. 2020, table 2.1; MaxText's gpt3-175b): 96 layers of
+        # width 12288, 96 heads, 2048 positions; GPT-2's vocabulary. 174,604,259,328 parameters.
+        "gpt3-175b": HFConfig(dict(vocab_size=50257, n_positions=2048, n_embd=12288, n_layer=96,
+                                   n_head=96, **_NO_DROPOUT), batch_size=8),
     }
 
     def check_config(self, cfg: HFConfig) -> None:

@@ -32,6 +32,12 @@ class MixtralFamily(HFFamily):
             num_attention_heads=32, num_key_value_heads=8, num_local_experts=8,
             num_experts_per_tok=2, max_position_embeddings=32768, rms_norm_eps=1e-5,
             rope_parameters=dict(rope_type="default", rope_theta=1000000.0)), batch_size=8),
+        # mistralai/Mixtral-8x22B-v0.1: 141 B parameters published (140,630,071,296 here).
+        "mixtral-8x22b": HFConfig(dict(
+            vocab_size=32768, hidden_size=6144, intermediate_size=16384, num_hidden_layers=56,
+            num_attention_heads=48, num_key_value_heads=8, num_local_experts=8,
+            num_experts_per_tok=2, max_position_embeddings=65536, rms_norm_eps=1e-5,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0)), batch_size=8),
     }
 
     def expert_count(self, cfg: HFConfig) -> int:

@@ -60,16 +60,18 @@ COMPILED_COLUMNS = ["compiler_memory_gb", "estimate_error", "collectives", "libt
 
 
 def _program_totals(program: TPUCompile, chip: str,
-                    widen_to: Any | None = None) -> dict[str, float]:
+                    widen_to: tuple[Any, tuple[int, ...]] | None = None) -> dict[str, float]:
     """:func:`steptime.totals` of a compiled step, and its memory parts (bytes, ``mem:*``).
     FLOPs the compiler counts that no HLO op shows (Pallas kernels: flash attention, a custom
-    call to XLA) are one more compute-bound op. `widen_to`: the larger slice the program is
-    the per-chip equivalent of (its collectives over every chip re-timed there)."""
+    call to XLA) are one more compute-bound op. `widen_to`: the larger slice and its mesh the
+    program is the per-chip equivalent of (its collectives over every chip or along the data
+    axis re-timed there)."""
     ops = program.ops
     collectives = program.collectives
     if widen_to is not None:
-        collectives = steptime.widen_collectives(collectives, chip, MAX_TRACE_DEVICES,
-                                                 widen_to.topology)
+        wide, wide_mesh = widen_to
+        collectives = steptime.widen_collectives(collectives, chip, program.mesh, wide_mesh,
+                                                 wide.topology)
     # The compiler's total counts each loop body once, as XLA's cost analysis does: compare it
     # with the ops counted that way too.
     counted_once = (ops["flops"] / ops["trips"]).sum()
@@ -89,8 +91,8 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
             dtype: str | None = None, recompute: bool = False, attention: str | None = None,
             whole: bool | None = None, options: dict[str, Any] | None = None,
             libtpu_flags: Sequence[str] = (), pool: WorkerPool | None = None,
-            timeout: float = 1800.0,
-            on_progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+            timeout: float = 1800.0, on_progress: Callable[[str], None] | None = None,
+            model_axis: int | None = None) -> pd.DataFrame:
     """Predicted step time of `model`/`preset` training on each slice with each strategy, at
     global `batch_size` and `seq_len` tokens, from its step compiled by libtpu for that slice:
     one row per (slice, strategy), columns :data:`steptime.PREDICTION_COLUMNS` plus ``fits``
@@ -105,9 +107,12 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
     activation checkpointing per block (the hf:* ``remat`` option). `attention`: ``"flash"``
     for torch_xla's Pallas flash attention (hf:*). `whole`: compile the whole model (default:
     only when it has at most 3 blocks). `libtpu_flags`: compiler flags (``LIBTPU_INIT_ARGS``).
-    Raises SpecError before anything compiles for an unknown slice or strategy, a batch the
-    data axis does not divide, or when no plan can hold even the model's weights and
-    optimizer state.
+    `model_axis`: chips on the model axis of the 2-D strategies (tp, dp_tp, fsdp_tp, ep;
+    default the slice's last physical axis). Above :data:`MAX_TRACE_DEVICES` chips a 2-D
+    strategy, or flash attention, is compiled as its per-chip equivalent on that many chips
+    (:func:`equivalent_slice`; the ``compiled_as`` column says how). Raises SpecError before
+    anything compiles for an unknown slice, strategy or model axis, a batch the data axis does
+    not divide, or when no plan can hold even the model's weights and optimizer state.
     """
     family = models.get_model(model)
     checked_flags(libtpu_flags)
@@ -127,22 +132,29 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
         sl = get_slice(name)
         for strategy in strategies:
             strategy = sharding.strategy_name(strategy)
-            mesh = sharding.slice_mesh(sl, strategy)
+            mesh = sharding.slice_mesh(sl, strategy, model_axis)
             ways = sharding.batch_ways(strategy, mesh)
             if not isinstance(batch_size, int) or batch_size <= 0 or batch_size % ways:
                 raise SpecError(f"batch_size={batch_size!r} does not split over {ways} data "
                                 f"shards ({strategy} on {sl.name}, mesh "
                                 f"{'x'.join(map(str, mesh))}): use a multiple of {ways}")
-            # Flash above the trace limit: the per-chip equivalent on fewer chips.
-            where, batch = (equivalent_slice(sl.name, batch_size)
-                            if attention == "flash" and len(mesh) == 1
-                            and sl.chips > MAX_TRACE_DEVICES else (sl.name, batch_size))
+            axis = mesh[1] if len(mesh) == 2 else None
+            where, batch = sl.name, batch_size
+            if sl.chips > MAX_TRACE_DEVICES and (axis or attention == "flash"):
+                # Too large to trace as it is: the per-chip equivalent on fewer chips, with
+                # the same model axis.
+                where, batch = equivalent_slice(sl.name, batch_size)
+                if axis and MAX_TRACE_DEVICES % axis:
+                    raise SpecError(f"model_axis={axis} on {sl.name}: the per-chip equivalent "
+                                    f"on {MAX_TRACE_DEVICES} chips needs a model axis that "
+                                    f"divides {MAX_TRACE_DEVICES}")
             for n in ([None] if whole else BLOCKS):  # every compile checked before any runs
                 step_plan(model, preset, where, strategy, seq_len, batch, dtype, n,
-                          _compile_options(base), libtpu_flags)
+                          _compile_options(base), libtpu_flags, axis)
             plans.append((sl, strategy, mesh, where, batch))
     fit = _fit(family, preset, base, [s.name for s, *_ in plans], strategies, batch_size,
-               seq_len, dtype, recompute, attention == "flash").set_index(["slice", "strategy"])
+               seq_len, dtype, recompute, attention == "flash",
+               model_axis).set_index(["slice", "strategy"])
     state = fit["params_gb"] + fit["grads_gb"] + fit["optimizer_gb"]
     if (state > fit["usable_gb"]).all():
         raise SpecError("no plan fits, nothing to predict: the weights, gradients and Adam "
@@ -175,7 +187,8 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
     """One row of :func:`predict`: the compiler's memory and verdict, and the prediction."""
     sl, strategy, mesh, where, batch = plan
     key = (sl.name, strategy)
-    widen_to = sl if where != sl.name else None
+    widen_to = (sl, mesh) if where != sl.name else None
+    axis = mesh[1] if len(mesh) == 2 else None
     row = {"slice": sl.name, "chip": sl.chip, "chips": sl.chips, "strategy": strategy,
            "mesh": "x".join(map(str, mesh)), "topology": "x".join(map(str, sl.topology)),
            **{k: v for k, v in common.items() if k != "block_activation_bytes"},
@@ -185,20 +198,43 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
         return {**row, "fits": False, "reason": "weights, gradients and Adam state alone: "
                 f"{state[key]:.1f} GB > {fit.loc[key, 'usable_gb']:.1f} GB usable"}
     started = time.perf_counter()
-    found = []
-    for n in ([None] if whole else BLOCKS):
-        try:
-            found.append(tpu_compile(common["model"], common["preset"], where, strategy,
-                                     common["seq_len"], batch, common["dtype"],
-                                     layers=n, options=_compile_options(options),
-                                     libtpu_flags=tuple(common["libtpu_flags"].split()),
-                                     pool=pool, timeout=timeout, on_progress=on_progress))
-        except DoesNotFit as exc:
+
+    def compiled(global_batch: int) -> list[TPUCompile]:
+        return [tpu_compile(common["model"], common["preset"], where, strategy,
+                            common["seq_len"], global_batch, common["dtype"], layers=n,
+                            options=_compile_options(options),
+                            libtpu_flags=tuple(common["libtpu_flags"].split()), pool=pool,
+                            timeout=timeout, on_progress=on_progress, model_axis=axis)
+                for n in ([None] if whole else BLOCKS)]
+
+    def by_blocks(programs: list[TPUCompile]) -> tuple[dict[str, float], list[dict]]:
+        totals = [_program_totals(p, sl.chip, widen_to) for p in programs]
+        return (totals[0] if whole else steptime.extrapolate(
+            totals[0], totals[1], layers, first=BLOCKS[0])), totals
+
+    ways = sharding.batch_ways(strategy, sharding.slice_mesh(get_slice(where), strategy, axis))
+    refused = ""
+    try:
+        found = compiled(batch)
+        total, totals = by_blocks(found)
+    except DoesNotFit as exc:
+        # The compiler cannot place the batch in HBM (published runs offload activations to
+        # the host, which is not modelled). The time still follows the batch: every
+        # sequence of a data shard adds the same compute, the weights' collectives do not
+        # grow. Compiled at 1 and 2 sequences per data shard, extrapolated to the batch.
+        if batch // ways <= 2:
             return {**row, "fits": False, "reason": str(exc),
                     "predict_s": time.perf_counter() - started}
-    totals = [_program_totals(p, sl.chip, widen_to) for p in found]
-    total = totals[0] if whole else steptime.extrapolate(totals[0], totals[1], layers,
-                                                         first=BLOCKS[0])
+        refused = (f"{exc}; the step time is extrapolated from 1 and 2 sequences per data "
+                   "shard")
+        try:
+            one, _ = by_blocks(compiled(ways))
+            found = compiled(2 * ways)
+            two, totals = by_blocks(found)
+        except DoesNotFit as again:
+            return {**row, "fits": False, "reason": str(again),
+                    "predict_s": time.perf_counter() - started}
+        total = steptime.extrapolate(one, two, batch // ways, first=1)
     # The weights, moments and batch grow by the same bytes with every block (extrapolated
     # exactly); the temporaries do not: the compiler packs and prefetches them differently
     # for two and three blocks (v6e-8: 17.4 then 16.3 GB). Theirs for the larger compile
@@ -209,24 +245,34 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
     else:
         memory += max(t["mem:temp"] for t in totals) \
             + (layers - BLOCKS[-1]) * common["block_activation_bytes"][(sl.name, strategy)]
+    if refused:  # the compiler's verdict stands; no figure of ours replaces it
+        memory = math.nan
     compiled_as = ""
     if widen_to is not None:
-        # The weights and Adam moments are sharded over all the slice's chips, not the
-        # equivalent's: their shards shrink by its chips over the slice's (the analytic state
-        # of the fit check, which the compiler's arguments match for fsdp).
-        small = get_slice(where).chips
+        # Where the weights and Adam moments are split over the data axis too (fsdp,
+        # fsdp_tp, ep), the slice's shards are smaller than the equivalent's by the ratio of
+        # their splits (the analytic state of the fit check, which the compiler's arguments
+        # match).
+        small_mesh = found[0].mesh
+        ratio = (sharding.parameter_shards(strategy, mesh)
+                 / sharding.parameter_shards(strategy, small_mesh))
         shards = (fit.loc[key, "params_gb"] + fit.loc[key, "optimizer_gb"]) * 1e9
-        memory -= shards * (sl.chips / small - 1) if strategy == "fsdp" else 0.0
-        compiled_as = (f"{where} at batch {batch} (the same {batch // small} sequences per "
-                       f"chip), collectives over every chip re-timed on {sl.name}'s "
-                       f"{sl.topology_text} torus" + (", weight and Adam shards rescaled"
-                                                      if strategy == "fsdp" else ""))
+        memory -= shards * (ratio - 1)
+        per_chip = batch // sharding.batch_ways(strategy, small_mesh)
+        compiled_as = (f"{where} on mesh {'x'.join(map(str, small_mesh))} at batch {batch} "
+                       f"(the same {per_chip} sequences per data shard), collectives over "
+                       f"every chip or the data axis re-timed on {sl.name}'s "
+                       f"{sl.topology_text} torus"
+                       + (", weight and Adam shards rescaled" if ratio != 1 else ""))
     hbm = usable_hbm_bytes(sl.chip)
     row.update(steptime.predict_step(total, sl.chip, sl.chips, common["model_flops"],
                                      MXU_EFFICIENCY))
     how = "" if whole else f"extrapolated from {BLOCKS[0]} and {BLOCKS[1]} blocks, "
-    row.update(compiler_memory_gb=memory / 1e9, fits=memory <= hbm,
-               reason="" if memory <= hbm else f"the compiler's buffers ({how}"
+    if refused:
+        how += "from 1 and 2 sequences per data shard, "
+    fits = memory <= hbm and not refused
+    row.update(compiler_memory_gb=memory / 1e9, fits=fits,
+               reason=refused if refused else "" if fits else f"the compiler's buffers ({how}"
                f"{memory / 1e9:.1f} GB) exceed the {hbm / 1e9:.1f} GB of HBM a program may use "
                f"on a {sl.chip} chip",
                estimate_error=row["estimated_memory_gb"] / (memory / 1e9) - 1,
@@ -283,11 +329,16 @@ def assumptions(chip: str) -> list[str]:
         f"Large models: {BLOCKS[0]} and {BLOCKS[1]} blocks compiled at full width for the slice, "
         "the difference "
         "(time and memory) scaled to the model's blocks (embeddings and head once).",
-        f"Flash attention above {MAX_TRACE_DEVICES} chips (dp, fsdp): the per-chip "
-        f"equivalent is compiled, {MAX_TRACE_DEVICES} chips at the same batch per chip "
-        "(the same program on each chip); collectives over every chip are re-timed on the "
-        "whole slice and fsdp's weight and Adam shards rescaled to it (the optimizer update "
-        "is still timed on the larger shard: a few ms).",
+        f"Above {MAX_TRACE_DEVICES} chips, flash attention or a 2-D strategy: the per-chip "
+        f"equivalent is compiled, {MAX_TRACE_DEVICES} chips with the same model axis and "
+        "the same batch per data shard (the same program on each chip); collectives over "
+        "every chip or along the data axis are re-timed on the whole slice, and weight and "
+        "Adam shards split over the data axis rescaled to it (the optimizer update is still "
+        "timed on the larger shard: a few ms).",
+        "A batch the compiler cannot place in HBM (published runs offload activations to "
+        "the host, which is not modelled): compiled at 1 and 2 sequences per data shard "
+        "and the time extrapolated linearly to the batch (the collectives as scheduled for "
+        "the small batch); the row says it does not fit.",
         "Memory per chip: the compiler's arguments + outputs - aliased + temporaries "
         "(mixed precision: fp32 weights and Adam moments, bf16 compute); by blocks, the "
         "temporaries of the larger compile plus, per further block, the activations it keeps "
@@ -297,15 +348,15 @@ def assumptions(chip: str) -> list[str]:
 
 def _fit(family: Any, preset: str, options: dict[str, Any], slices: Sequence[str],
          strategies: Sequence[str], batch_size: int, seq_len: int, dtype: str,
-         recompute: bool, flash: bool = False) -> pd.DataFrame:
+         recompute: bool, flash: bool = False, model_axis: int | None = None) -> pd.DataFrame:
     """The fit check in the one memory convention (:data:`tpu_workbench.sharding.CONVENTION`),
     for the model as configured for the plan (`options`: its sequence length, dtype)."""
     n_params = models.count_params(family.name, preset, options)
     return sharding.fit_table(family.block_shape(family.config(preset, **options)), n_params,
                               batch_size, seq_len, slices=list(dict.fromkeys(slices)),
                               strategies=[sharding.strategy_name(s) for s in strategies],
-                              dtype=dtype, recompute=recompute,
-                              flash=flash).assign(params=n_params)
+                              dtype=dtype, recompute=recompute, flash=flash,
+                              model_axis=model_axis).assign(params=n_params)
 
 
 def fit_check(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),

@@ -86,22 +86,28 @@ def totals(ops: pd.DataFrame, collectives: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def widen_collectives(collectives: pd.DataFrame, chip: str | Chip, devices: int,
-                      topology: Sequence[int]) -> pd.DataFrame:
-    """`collectives` of a program compiled for `devices` chips, re-timed for the same program
-    on a slice of `topology`: a collective over every one of the `devices` runs over every chip
-    of the larger slice. It moves the same buffer (a gathered weight, a gradient before its
-    reduce-scatter) around a longer ring; others (a permute between two chips) are unchanged."""
+def widen_collectives(collectives: pd.DataFrame, chip: str | Chip, mesh: Sequence[int],
+                      wide_mesh: Sequence[int], topology: Sequence[int]) -> pd.DataFrame:
+    """`collectives` of a program compiled on `mesh`, re-timed for the same program on
+    `wide_mesh` (the same model axis, a longer data axis) over a slice of `topology`: a
+    collective over every device, or along the data axis, moves the same buffer (a gathered
+    weight, a gradient before its reduce-scatter) around the longer ring of the wide mesh;
+    the others (along the model axis, a permute between two chips) are unchanged."""
     out = collectives.copy()
     if not len(out):
         return out
     topology = tuple(int(a) for a in topology)
-    everyone = out["group_size"] == devices
-    out.loc[everyone, "estimated_us"] = [
-        collective_time_us(k, b, None, topology, chip)
-        for k, b in zip(out.loc[everyone, "kind"], out.loc[everyone, "buffer_bytes"],
-                        strict=True)]
-    out.loc[everyone, "group_size"] = math.prod(topology)
+    n, wide = math.prod(mesh), math.prod(wide_mesh)
+    axis = out["axis"] if "axis" in out else pd.Series("", index=out.index)
+    everyone = (out["group_size"] == n) | (axis == "all")
+    along_data = (axis == "data") & ~everyone & (len(mesh) == 2)
+    # Row-major device ids: the data axis's first group is every model_axis-th device.
+    data_group = list(range(0, wide, int(wide_mesh[-1])))
+    for rows, group, size in ((everyone, None, wide), (along_data, data_group, len(data_group))):
+        out.loc[rows, "estimated_us"] = [
+            collective_time_us(k, b, group, topology, chip)
+            for k, b in zip(out.loc[rows, "kind"], out.loc[rows, "buffer_bytes"], strict=True)]
+        out.loc[rows, "group_size"] = size
     return out
 
 

@@ -159,13 +159,14 @@ def fit_table(shape: TransformerShape, n_params: int, batch_size: int, seq_len: 
               slices: Sequence[str] = DEFAULT_SLICES,
               strategies: Sequence[str] = ("dp", "fsdp", "tp", "dp_tp"),
               dtype: str = "bfloat16", recompute: bool = False,
-              flash: bool = False) -> pd.DataFrame:
+              flash: bool = False, model_axis: int | None = None) -> pd.DataFrame:
     """Does a transformer of `shape` with `n_params` parameters train on each slice with each
     strategy, at global `batch_size` and `seq_len`? One row per (slice, strategy): ``mesh``,
     per-chip GB of ``params``, ``grads``, ``optimizer``, ``activation`` and ``logits``, the
     total (``per_device_gb``), ``usable_gb``, ``fits`` and why. tp and dp_tp need the model
     axis to divide the heads and KV heads (whole heads per chip): where it does not, or where
-    the batch does not split over the data axis, the row says so (``fits`` False)."""
+    the batch does not split over the data axis, the row says so (``fits`` False).
+    `model_axis`: the 2-D strategies' model axis (:func:`slice_mesh`)."""
     import pandas as pd
 
     rows = []
@@ -173,7 +174,7 @@ def fit_table(shape: TransformerShape, n_params: int, batch_size: int, seq_len: 
         sl = get_slice(name)
         for strategy in strategies:
             strategy = strategy_name(strategy)
-            mesh = slice_mesh(sl, strategy)
+            mesh = slice_mesh(sl, strategy, model_axis)
             t = parameter_shards("tp", mesh) if strategy in TP_STRATEGIES else 1
             ways = batch_ways(strategy, mesh)
             row = {"slice": sl.name, "strategy": strategy, "mesh": mesh_text(mesh)}

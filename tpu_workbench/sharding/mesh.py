@@ -56,14 +56,22 @@ def _named_meshes() -> dict[str, tuple[int, ...]]:
 MESHES: dict[str, tuple[int, ...]] = _named_meshes()
 
 
-def slice_mesh(slice_: Any, strategy: str | None) -> tuple[int, ...]:
+def slice_mesh(slice_: Any, strategy: str | None,
+               model_axis: int | None = None) -> tuple[int, ...]:
     """The mesh a strategy uses over a slice's chips (a :class:`~tpu_workbench.environment.chips.
-    Slice`): every chip on one data axis for dp and fsdp, the slice's (data, model) mesh for tp
-    and dp_tp (its model axis along the last physical axis); the embedding strategies split
-    tables and the batch over every chip, one axis."""
-    if strategy_name(strategy) in TWO_D_STRATEGIES:
+    Slice`): every chip on one data axis for dp and fsdp, a (data, model) mesh for the 2-D
+    strategies (:data:`TWO_D_STRATEGIES`) with `model_axis` chips on the model axis (default the
+    slice's last physical axis); the embedding strategies split tables and the batch over every
+    chip, one axis. SpecError for a `model_axis` that does not divide the chips."""
+    if strategy_name(strategy) not in TWO_D_STRATEGIES:
+        return (slice_.chips,)
+    if model_axis is None:
         return slice_.mesh_2d
-    return (slice_.chips,)
+    if not isinstance(model_axis, int) or isinstance(model_axis, bool) or model_axis < 1 \
+            or slice_.chips % model_axis:
+        raise SpecError(f"model_axis={model_axis!r} must be a positive int dividing "
+                        f"{slice_.name}'s {slice_.chips} chips")
+    return (slice_.chips // model_axis, model_axis)
 
 
 Partition = tuple[Any, ...]  # one entry per dim: None, an axis name, or a tuple of axis names

@@ -284,9 +284,10 @@ class StepPlan:
 def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fsdp",
               seq_len: int = 2048, batch_size: int = 8, dtype: str | None = None,
               layers: int | None = None, options: dict[str, Any] | None = None,
-              libtpu_flags: Sequence[str] = ()) -> StepPlan:
+              libtpu_flags: Sequence[str] = (), model_axis: int | None = None) -> StepPlan:
     """Everything :func:`tpu_compile` checks before it traces anything: SpecError naming the
-    value for a bad slice, strategy, batch, option, flag or a model that is no transformer."""
+    value for a bad slice, strategy, batch, option, flag, model axis or a model that is no
+    transformer."""
     family = models.get_model(model)
     sl = get_slice(slice)
     checked_flags(libtpu_flags)
@@ -305,7 +306,7 @@ def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fs
         opts = step_options(family, preset, seq_len, dtype, dict(options or {}))
     if layers is not None:
         opts[family.block_shape(family.config(preset, **opts)).layers_option] = layers
-    mesh = sharding.slice_mesh(sl, strategy)
+    mesh = sharding.slice_mesh(sl, strategy, model_axis)
     ways = sharding.batch_ways(strategy, mesh)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0 \
             or batch_size % ways:
@@ -317,7 +318,9 @@ def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fs
         if len(mesh) != 1:
             raise SpecError(f"{strategy} on {sl.name} ({sl.chips} chips, mesh "
                             f"{'x'.join(map(str, mesh))}): slices above {MAX_TRACE_DEVICES} "
-                            "chips compile only 1-D strategies (dp, fsdp) here")
+                            "chips compile only 1-D strategies (dp, fsdp) here; "
+                            "tpu_workbench.predict compiles the per-chip equivalent instead "
+                            "(equivalent_slice())")
         if opts.get("attn_implementation") == "flash":
             raise SpecError(
                 f"flash attention on {sl.name}: above {MAX_TRACE_DEVICES} chips the step is "
@@ -336,10 +339,11 @@ def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fs
 
 def equivalent_slice(slice: str, batch_size: int) -> tuple[str, int]:
     """The slice of :data:`MAX_TRACE_DEVICES` chips of the same chip, and the global batch that
-    gives each of its chips the sequences a chip of `slice` gets, for a 1-D strategy (dp, fsdp)
-    on a slice too large to trace with flash attention. Per chip the step is then the same
-    program: the same batch, the same gathered weights, the same kernels; what differs is the
-    size of each weight and Adam shard and of each collective's ring, which the caller rescales
+    gives each of its chips the sequences a chip of `slice` gets, on a slice too large to trace
+    (a 2-D strategy, or flash attention). Per chip the step is then the same program, on a
+    (data, model) mesh the same model axis: the same batch, the same gathered weights, the same
+    kernels; what differs is the size of each weight and Adam shard and of each collective's
+    ring over the data axis, which the caller rescales
     (:func:`tpu_workbench.planning.predict.predict`)."""
     from ..environment.chips import SLICES
 
@@ -359,20 +363,21 @@ def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "
                 seq_len: int = 2048, batch_size: int = 8, dtype: str | None = None,
                 layers: int | None = None, options: dict[str, Any] | None = None,
                 libtpu_flags: Sequence[str] = (), pool: WorkerPool | None = None,
-                timeout: float = 1800.0,
-                on_progress: Callable[[str], None] | None = None) -> TPUCompile:
+                timeout: float = 1800.0, on_progress: Callable[[str], None] | None = None,
+                model_axis: int | None = None) -> TPUCompile:
     """Compile one training step (forward, backward, AdamW) of `model`/`preset` at global
     `batch_size` x `seq_len` tokens for `slice` with `strategy`, on libtpu, with no chip.
 
     `dtype`: ``bfloat16`` (hf:* default; mixed precision: fp32 weights and Adam state, bf16
     compute) or ``float32``. `layers`: compile this many blocks instead of the model's own
     (:func:`tpu_workbench.predict` extrapolates from two). `libtpu_flags`: see
-    :func:`compile_proto`. Raises SpecError before any work for bad input
+    :func:`compile_proto`. `model_axis`: the 2-D strategies' model axis (default the slice's
+    last physical axis). Raises SpecError before any work for bad input
     (:func:`step_plan`); :class:`DoesNotFit` when the compiler says the program needs more
     HBM than a chip has; SpecError naming the spec and slice for any other compile error.
     """
     plan = step_plan(model, preset, slice, strategy, seq_len, batch_size, dtype, layers,
-                     options, libtpu_flags)
+                     options, libtpu_flags, model_axis)
     spec = plan.spec
     version = libtpu_version()  # before the trace: a missing compiler fails fast
     say = on_progress or (lambda _m: None)
