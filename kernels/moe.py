@@ -88,18 +88,20 @@ def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
 
 
 def _constrain(module: Any, x: torch.Tensor) -> torch.Tensor:
-    """Under expert parallelism on torch_xla SPMD: the slots (groups, experts, slots, hidden)
-    split with the experts over ``module.expert_axis`` and the groups over the other axis, so
-    the partitioner moves tokens with an all-to-all."""
+    """On torch_xla SPMD, the slots (groups, experts, slots, hidden) split as the worker says:
+    the groups over ``module.group_axes`` (as the batch is split: without this GSPMD kept
+    every chip's copy of all groups, 326 GB of temporaries for Mixtral-8x7B at one sequence
+    per chip of a v6e-64), the experts over ``module.expert_axis`` (ep: the partitioner then
+    moves tokens to their experts with an all-to-all)."""
     axis = getattr(module, "expert_axis", None)
-    if axis is None or x.device.type != "xla":
+    groups = tuple(getattr(module, "group_axes", ()))
+    if not (axis or groups) or x.device.type != "xla":
         return x
     import torch_xla.distributed.spmd as xs
 
     mesh = xs.get_global_mesh()
-    if mesh is None or axis not in mesh.axis_names:
+    if mesh is None or not set(groups) | {axis} - {None} <= set(mesh.axis_names):
         return x
-    others = tuple(a for a in mesh.axis_names if a != axis)
-    xs.mark_sharding(x, mesh, (others[0] if len(others) == 1 else others or None, axis,
+    xs.mark_sharding(x, mesh, (groups[0] if len(groups) == 1 else groups or None, axis,
                                None, None))
     return x

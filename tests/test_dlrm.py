@@ -366,3 +366,18 @@ def test_v6e_compile_of_a_row_split_step(results):
     lookups = c.collectives[c.collectives["shape"] == "f32[128,8,2,16]"]
     assert set(lookups["kind"]) == {"all-reduce"}
     assert c.seq_len == 0 and c.batch_size == 128
+
+
+@pytest.mark.skipif(not LIBTPU.exists(), reason="no .venv-libtpu: scripts/dev.py setup builds it")
+def test_predict_times_the_compiled_dlrm_step_with_its_bottleneck(results):
+    """The program of the test above timed as a transformer's step is: the
+    lookups' all-reduce on the v6e-8's torus, the MLPs on the roofline, a bottleneck, an MFU
+    below 1, and the compiler's memory per chip."""
+    row = wb.predict("dlrm", "tiny", slices=["v6e-8"], strategies=["row"],
+                     batch_size=128).iloc[0]
+    assert row["executions"] == 0 and row["fits"] and row["method"] == "whole"
+    assert row["predicted_step_ms"] >= row["predicted_roofline_ms"] > 0
+    assert row["predicted_ici_ms"] > 0 and "all-reduce" in row["collectives"]
+    assert row["bottleneck"].split()[0] in ("compute", "HBM", "ICI")
+    assert 0 < row["predicted_mfu"] < 1
+    assert row["compiler_memory_gb"] > 0

@@ -90,9 +90,9 @@ def test_mixtral_accounting_counts_the_active_experts():
     hf = family.hf_config(cfg)
     attention = 2 * 4096 * 4096 + 2 * 4096 * 1024
     assert family.layer_matmul_params(hf) == attention + 2 * 3 * 4096 * 14336 + 4096 * 8
-    with pytest.raises(wb.SpecError, match="unknown preset 'mixtral-8x22b' for model "
-                                           "'hf:mixtral'; valid presets: tiny, mixtral-8x7b"):
-        family.config("mixtral-8x22b")
+    with pytest.raises(wb.SpecError, match="unknown preset 'mixtral-8x1b' for model 'hf:mixtral'; "
+                                           "valid presets: tiny, mixtral-8x7b, mixtral-8x22b"):
+        family.config("mixtral-8x1b")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,9 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slice", default="v6e-8",
                         help="TPU slice(s), comma-separated: v6e-8,v6e-16 (see chips.SLICES)")
     parser.add_argument("--strategy", default="fsdp",
-                        help="strategies, comma-separated: dp, fsdp, tp, dp_tp (models with "
-                             "embedding tables, dlrm: also table, row, column; their memory "
-                             "per chip from the sharding plan, no step time)")
+                        help="strategies, comma-separated: dp, fsdp, tp, dp_tp, fsdp_tp, ep "
+                             "(models with embedding tables, dlrm: also table, row, column; "
+                             "their memory per chip from the sharding plan; wb.predict also "
+                             "times their compiled step)")
     parser.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (even)")
     parser.add_argument("--batch", type=int, default=32, help="global batch (sequences)")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hf:* attention; flash: torch_xla's Pallas kernel")
     parser.add_argument("--whole", action="store_true",
                         help="compile the whole model, not one and two blocks")
+    parser.add_argument("--model-axis", type=int, default=None,
+                        help="chips on the model axis of tp, dp_tp, fsdp_tp and ep (default: "
+                             "the slice's last physical axis)")
     parser.add_argument("--libtpu-flags", default="",
                         help="compiler flags, space-separated: '--xla_...=value ...'")
     parser.add_argument("--out", type=Path, default=Path("predict"), help="output folder")
@@ -80,6 +84,7 @@ def predict(args: argparse.Namespace) -> int:
                         seq_len=args.seq_len, batch_size=args.batch, dtype=args.dtype,
                         recompute=args.recompute, attention=args.attention,
                         whole=args.whole or None, libtpu_flags=args.libtpu_flags.split(),
+                        model_axis=args.model_axis,
                         on_progress=lambda m: print(m, file=sys.stderr, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / "predict.csv.tmp"

@@ -117,6 +117,9 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
     family = models.get_model(model)
     checked_flags(libtpu_flags)
     options = dict(options or {})
+    if family.batch_shapes(family.config(preset, **options), 1) is not None:
+        return _predict_whole(family, preset, slices, strategies, batch_size, options,
+                              libtpu_flags, pool, timeout, on_progress)
     if recompute:
         options["remat"] = True
     if attention is not None:
@@ -282,6 +285,54 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
                compile_s=sum(p.compiled["compile_s"] for p in found),
                predict_s=time.perf_counter() - started)
     return row
+
+
+def _predict_whole(family: Any, preset: str, slices: Sequence[str], strategies: Sequence[str],
+                   batch_size: int, options: dict[str, Any], libtpu_flags: Sequence[str],
+                   pool: WorkerPool | None, timeout: float,
+                   on_progress: Callable[[str], None] | None) -> pd.DataFrame:
+    """:func:`predict` for a model that is no transformer (dlrm: embedding lookups, their
+    collectives, MLPs): the whole step compiled per slice and strategy, timed the same way
+    (memory: the compiler's; no analytic estimate beside it)."""
+    plans = [(get_slice(s), sharding.strategy_name(t)) for s in slices for t in strategies]
+    for sl, strategy in plans:  # every compile checked before any runs
+        step_plan(family.name, preset, sl.name, strategy, 0, batch_size, None, None, options,
+                  libtpu_flags)
+    cfg = family.config(preset, **options)
+    rows = []
+    for sl, strategy in plans:
+        started = time.perf_counter()
+        row = {"slice": sl.name, "chip": sl.chip, "chips": sl.chips, "strategy": strategy,
+               "mesh": "x".join(map(str, sharding.slice_mesh(sl, strategy))),
+               "topology": sl.topology_text, "model": family.name, "preset": preset,
+               "batch_size": batch_size, "method": "whole", "executions": 0}
+        try:
+            program = tpu_compile(family.name, preset, sl.name, strategy,
+                                  batch_size=batch_size, options=options,
+                                  libtpu_flags=tuple(libtpu_flags), pool=pool,
+                                  timeout=timeout, on_progress=on_progress)
+        except DoesNotFit as exc:
+            rows.append({**row, "fits": False, "reason": str(exc),
+                         "predict_s": time.perf_counter() - started})
+            continue
+        total = _program_totals(program, sl.chip)
+        row.update(steptime.predict_step(total, sl.chip, sl.chips,
+                                         family.flops_per_step(cfg, batch_size),
+                                         MXU_EFFICIENCY))
+        memory = sum(total[f"mem:{k}"] for k in ("arguments", "outputs", "temp")) \
+            - total["mem:aliased"]
+        rows.append({**row, "compiler_memory_gb": memory / 1e9, "fits": True, "reason": "",
+                     "collectives": _kinds(program.collectives),
+                     "libtpu": program.compiled["libtpu"],
+                     "compiled_for": program.compiled["topology"], "compiled_as": "",
+                     "compile_s": program.compiled["compile_s"],
+                     "predict_s": time.perf_counter() - started})
+    frame = pd.DataFrame(rows)
+    for col in [*steptime.PREDICTION_COLUMNS, *COMPILED_COLUMNS]:
+        if col not in frame:
+            frame[col] = math.nan
+    frame.attrs["assumptions"] = assumptions(plans[0][0].chip)
+    return frame
 
 
 def _compile_options(options: dict[str, Any]) -> dict[str, Any]:

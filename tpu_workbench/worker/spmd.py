@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from torch import nn
 
 from ..sharding.layout import layout_record, tile_shape
-from ..sharding.mesh import Partition, axis_names, batch_partition, strategy_name
+from ..sharding.mesh import Partition, axis_names, batch_axes, batch_partition, strategy_name
 from ..sharding.strategies import buffer_specs, is_experts, param_specs
 
 
@@ -34,16 +34,24 @@ def _mark(t: torch.Tensor, mesh: Any, partition: Partition | None) -> None:
     xs.mark_sharding(t, mesh, tuple(partition) if partition else (None,) * t.dim())
 
 
+def mark_experts(model: nn.Module, strategy: str | None, mesh_shape: Sequence[int]) -> None:
+    """Tell kernels.moe how to split the experts' slots: their groups of tokens as the batch
+    is split and, under ep, the experts over the model axis."""
+    ep = strategy_name(strategy) == "ep"
+    groups = tuple(a for a in batch_axes(strategy, mesh_shape) if not (ep and a == "model"))
+    for module in model.modules():
+        if is_experts(module):
+            module.expert_axis = "model" if ep else None
+            module.group_axes = groups
+
+
 def shard_model(model: nn.Module, mesh: Any, strategy: str | None) -> None:
     """``mark_sharding`` on every parameter per the strategy (replicated ones explicitly too)
     and on floating-point buffers (:func:`buffer_specs`), over `mesh` (:func:`make_mesh`)."""
     specs = param_specs(model, strategy, mesh.mesh_shape)
     for name, p in model.named_parameters():
         _mark(p, mesh, specs[name])
-    if strategy_name(strategy) == "ep":  # kernels.moe splits the experts' slots on this axis
-        for module in model.modules():
-            if is_experts(module):
-                module.expert_axis = "model"
+    mark_experts(model, strategy, mesh.mesh_shape)
     # Every buffer gets an explicit sharding, replicated unless buffer_specs splits it: a buffer
     # the step updates (BatchNorm's num_batches_tracked) and that had none came back from step 0
     # marked replicated, a new input sharding, so step 1 compiled the step a second time.

@@ -86,6 +86,7 @@ def trace(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
                                         else (None,) * t.dim())
 
     specs = param_specs(model, spec.strategy, mesh.mesh_shape)
+    spmd.mark_experts(model, spec.strategy, mesh.mesh_shape)
     names = {id(p): n for n, p in model.named_parameters()}
     made: dict[int, torch.nn.Parameter] = {}  # tied weights stay one parameter
     for module in model.modules():
