@@ -175,12 +175,7 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
               "libtpu_flags": " ".join(libtpu_flags)}
     rows = [_predict_plan(plan, fit, state, whole, layers, base, pool, timeout, on_progress,
                           common) for plan in plans]
-    frame = pd.DataFrame(rows)
-    for col in [*steptime.PREDICTION_COLUMNS, *COMPILED_COLUMNS]:
-        if col not in frame:
-            frame[col] = math.nan
-    frame.attrs["assumptions"] = assumptions(plans[0][0].chip)
-    return frame
+    return _frame(rows, plans[0][0].chip)
 
 
 def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool, layers: int,
@@ -327,11 +322,16 @@ def _predict_whole(family: Any, preset: str, slices: Sequence[str], strategies: 
                      "compiled_for": program.compiled["topology"], "compiled_as": "",
                      "compile_s": program.compiled["compile_s"],
                      "predict_s": time.perf_counter() - started})
+    return _frame(rows, plans[0][0].chip)
+
+
+def _frame(rows: list[dict[str, Any]], chip: str) -> pd.DataFrame:
+    """The rows of a prediction with every documented column, and its assumptions."""
     frame = pd.DataFrame(rows)
     for col in [*steptime.PREDICTION_COLUMNS, *COMPILED_COLUMNS]:
         if col not in frame:
             frame[col] = math.nan
-    frame.attrs["assumptions"] = assumptions(plans[0][0].chip)
+    frame.attrs["assumptions"] = assumptions(chip)
     return frame
 
 
