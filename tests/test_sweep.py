@@ -195,7 +195,8 @@ def test_a_node_removed_mid_sweep_loses_nothing(cluster, results):
     # (at least the one that removed the node) marked as attempt 1
     final = dict(zip(runs["batch_size"], runs["attempts"], strict=True))
     for batch, attempts in final.items():
-        assert [seen[batch, step, attempts] for step in range(300)] == [1] * 300, batch
+        assert [seen[batch, step, attempts] for step in range(300)] == [1] * 300, \
+            (batch, runs[["batch_size", "state", "attempts", "node", "error"]])
     dead = {key for key in seen if key[2] != final[key[0]]}
     assert dead and {(b, a) for b, _, a in dead} == {(victim.batch_size, 1)}
     assert set(seen.values()) == {1}

@@ -20,8 +20,9 @@ admits one process).
 
 Faults: Ray's own task retries are off (they would splice a retried run's records onto the dead
 attempt's); a task whose node or Ray worker dies is submitted again, at most `max_retries`
-times, and a run that still cannot finish is saved as ``<run_id>-failed`` with the last
-attempt's partial records. A retry starts again at step 0, and the dead attempt's records
+times (one lost before it began, placed on a node as it died, is placed again uncounted),
+and a run that still cannot finish is saved as ``<run_id>-failed`` with the last attempt's
+partial records. A retry starts again at step 0, and the dead attempt's records
 have already been streamed: every record ``on_record`` gets carries ``attempt`` (1, 2, ...),
 and only the last attempt's are saved. Every node needs this package installed (a ``pip
 install`` of the workbench, as on the driver); importing this module imports ray.
@@ -146,6 +147,10 @@ def resources(spec: ExperimentSpec, cpus_per_run: float, runs_per_host: int = 1,
     return {"num_cpus": cpus_per_run, "resources": share}
 
 
+UNSTARTED_RETRIES = 3  # placements lost before the task began, on top of max_retries
+UNSTARTED_BACKOFF_S = 1.0  # about Ray's time to mark a dead node (its health checks)
+
+
 # -- on the node -----------------------------------------------------------------------------
 @ray.remote(num_returns="streaming", max_retries=0)
 def _run_on_node(spec_dict: dict[str, Any], cold: bool, timeout: float):
@@ -214,6 +219,7 @@ class _Driver:
 
     def follow(self, i: int) -> None:
         out = self.outcomes[i]
+        unstarted = 0  # tasks lost before they began (placed on a node as it died)
         while True:
             out.attempts += 1
             out.records, out.started, out.ended = [], None, None
@@ -234,6 +240,14 @@ class _Driver:
                     out.state = "cancelled"
                     out.error = RunCancelled(f"run {out.run_id} was cancelled")
                     break
+                if _infrastructure(exc) and out.started is None and not self.cancelling \
+                        and unstarted < UNSTARTED_RETRIES:
+                    # Ray placed it on a node that died before the task began: not an attempt
+                    # of the run; wait for Ray to mark the node dead before placing it again.
+                    unstarted += 1
+                    out.attempts -= 1
+                    time.sleep(UNSTARTED_BACKOFF_S)
+                    continue
                 if _infrastructure(exc) and out.attempts <= self.max_retries \
                         and not self.cancelling:
                     continue  # the node (or its Ray worker) died: run it again elsewhere
