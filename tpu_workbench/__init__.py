@@ -50,6 +50,8 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "TPUCompile": ("tpu_compile", "TPUCompile"), "DoesNotFit": ("tpu_compile", "DoesNotFit"),
     "predicted_step_times": ("charts.predict", "predicted_step_times"),
     "predicted_vs_published": ("charts.predict", "predicted_vs_published"),
+    "port": ("porting.report", "port"), "PortReport": ("porting.report", "PortReport"),
+    "PORT_KINDS": ("porting.findings", "KINDS"),
     "validation": ("planning.validation", "validation"),
     "validation_record": ("planning.validation", "record_for"),
     "validation_summary": ("planning.validation", "summary"),

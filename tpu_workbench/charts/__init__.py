@@ -16,6 +16,7 @@ from .modes import (
     steady_times,
     step_times,
 )
+from .port import port_steps
 from .profiling import step_breakdown, timeline, top_ops
 from .results import confusion_matrix
 from .sharding import (
@@ -31,8 +32,8 @@ from .sweep import sweep_times
 __all__ = [
     "cache_first_steps", "collective_bytes", "confusion_matrix", "compiles_per_mode", "diff_chart",
     "first_vs_steady", "kernel_errors", "kernel_mix", "kernel_schedule", "layout_grid",
-    "loss_curves", "memory_bars", "op_mix", "recompile_timeline", "roofline", "save_chart",
-    "score_tiles", "steady_times", "step_breakdown",
+    "loss_curves", "memory_bars", "op_mix", "port_steps", "recompile_timeline", "roofline",
+    "save_chart", "score_tiles", "steady_times", "step_breakdown",
     "fit_bars", "step_time_per_strategy", "step_times", "step_times_per_run", "timeline", "top_ops",
     "sweep_times",
 ]

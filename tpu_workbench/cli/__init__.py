@@ -51,6 +51,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = 
               _subcommand("sweep", "sweep")),
     "launch": ("commands and environment for every host of a multi-host slice; --execute",
                _subcommand("launch", "launch")),
+    "port": ("what blocks a model on a TPU, at its line, with the fix tried: findings.csv",
+             _subcommand("port", "port")),
     "acceptance": ("on a TPU VM: every 'only on a TPU' item checked, a Markdown + JSON report",
                    _subcommand("acceptance", "acceptance")),
 }
