@@ -74,7 +74,7 @@ def test_the_shape_and_device_fixes_were_tried_and_helped(reports):
     assert found["cost_s"].iloc[0] == reports["shapes"].findings["cost_s"].max()  # costliest first
 
 
-def test_a_model_that_crashes_under_dynamo_still_gets_its_report(reports):
+def test_a_model_that_crashes_under_dynamo_still_gets_its_report_and_the_other_kinds(reports):
     found = reports["masks"].findings
     crash = found[found["kind"] == "dynamo_crash"].iloc[0]
     assert "two different devices" in crash["evidence"]
@@ -82,6 +82,8 @@ def test_a_model_that_crashes_under_dynamo_still_gets_its_report(reports):
     # the tensor attribute, moved to the device as a buffer would be, no longer crosses
     device = found[found["kind"] == "cpu_tensor"].iloc[0]
     assert device["verified"].startswith("CPU copies at this line 1 -> 0 per step")
+    fallback = found[found["kind"] == "fallback"].iloc[0]
+    assert "aten::median" in fallback["evidence"] and "x.sort(dim)" in fallback["fix"]
     float64 = found[found["kind"] == "float64"].iloc[0]
     assert "torch.float32" in float64["fix"] and "-> 0 per step" in float64["verified"]
 

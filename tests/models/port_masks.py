@@ -1,6 +1,7 @@
-"""A model with three more planted TPU blockers, one of which stops Dynamo: a plain tensor
-attribute (not a buffer, so ``.to(device)`` leaves it on the CPU), a boolean-mask index and a
-float64 constant. Each blocker's line ends with ``# BLOCKER: <kind>``.
+"""A model with four more planted TPU blockers, one of which stops Dynamo: a plain tensor
+attribute (not a buffer, so ``.to(device)`` leaves it on the CPU), an op XLA does not lower (a
+median), a boolean-mask index and a float64 constant. Each blocker's line ends with
+``# BLOCKER: <kind>``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Scorer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.body(x)) * self.scale  # BLOCKER: cpu_tensor
+        h = h - h.median(dim=0).values  # BLOCKER: fallback
         bonus = h[h > 0.5].mean()  # BLOCKER: data_dependent
         half = torch.full((DIM,), 0.5, dtype=torch.float64, device=x.device)  # BLOCKER: float64
         return self.head(h * half.float()) + bonus

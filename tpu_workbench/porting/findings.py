@@ -44,6 +44,13 @@ COLUMNS = ["kind", "where", "code", "evidence", "fix", "verified", "cost_s", "fi
 EXPLAINED = {"_local_scalar_dense": "host_read", "nonzero": "data_dependent",
              "masked_select": "data_dependent", "unique": "data_dependent",
              "_unique2": "data_dependent", "index": "data_dependent"}
+# the same result from ops XLA lowers, for fallbacks seen on torch_xla 2.9
+LOWERED_FORMS = {
+    "median": "the lower middle of a sort: x.sort(dim).values.select(dim, (n - 1) // 2)",
+    "searchsorted": "a comparison count: (x[..., None] > sorted_row).sum(-1)",
+    "histc": "a one-hot count of the bucket indices: F.one_hot(idx, bins).sum(0)",
+    "mode": "a one-hot count (F.one_hot(x, k).sum(dim)) and its argmax",
+}
 _FACTORY_TO = re.compile(r"(?P<call>torch\.\w+\((?P<args>[^()]*(?:\([^()]*\)[^()]*)*)\))"
                          r"\.to\((?P<device>[^()]+?)\)")
 
@@ -195,15 +202,19 @@ def findings(records: list[dict[str, Any]], summary: dict[str, Any]) -> Any:
             for op, n in r["fallback_ops"].items():
                 seen_ops[op] = seen_ops.get(op, 0) + n
     for op, n in sorted(seen_ops.items()):
-        if op in EXPLAINED:
+        name = op.split(".")[0]  # the counter's overload: aten::median.dim_values
+        if name in EXPLAINED:
             continue
-        lines = (summary.get("op_lines") or {}).get(op) or {}
+        lines = {w: c for w, c in ((summary.get("op_lines") or {}).get(name) or {}).items()
+                 if not w.startswith(":")}  # ":0": no line of the model's (the backward)
         file, line = (next(iter(lines)).rsplit(":", 1) if lines else ("", "0"))
-        event = {"file": file, "line": int(line), "code": _code(file, int(line))}
+        event = {"file": file, "line": int(line), "code": _code(file, int(line))
+                 or "(no line of the model's: run by the autograd engine, in the backward)"}
         rows.append(_row("fallback", event,
                          f"aten::{op} ran on the CPU {n / n_after:g} times per step",
-                         "an op XLA has no lowering for: replace it with ops XLA lowers, or "
-                         "move it out of the step"))
+                         "an op XLA has no lowering for: replace it with ops XLA lowers"
+                         + (f" ({LOWERED_FORMS[name]})" if name in LOWERED_FORMS else "")
+                         + ", or move it out of the step"))
     for r in records:
         if r.get("kind") == "port_dynamo":
             kind = "graph_break" if r["event"] == "graph_break" else "dynamo_crash"
