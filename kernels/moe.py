@@ -57,6 +57,19 @@ def group_size(seq_len: int) -> int:
 
 
 
+def group_of(tokens: int, sequence_group: int | None) -> int:
+    """The group size for `tokens` tokens: the model's `sequence_group` (:func:`group_size` of
+    the sequences it trains on) where it divides them, else :data:`GROUP_TOKENS` where that
+    does (a traced step's sequences of another length: 8192 tokens, not the task's 8191),
+    else all of them, which is never meant for a large batch: a group's routing tensors grow
+    with its square (Mixtral-8x7B's traced step, its whole batch one group, asked the TPU
+    compiler for 62 GB of temporaries per chip at one sequence per chip of a v6e-64)."""
+    for g in (sequence_group, GROUP_TOKENS):
+        if g and tokens % g == 0:
+            return g
+    return tokens
+
+
 def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
     """Transformers' experts call: `hidden_states` (tokens, hidden), `top_k_index` and
@@ -65,8 +78,7 @@ def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
     tokens, hidden = hidden_states.shape
     top_k = top_k_index.shape[-1]
     experts = self.gate_up_proj.shape[0]
-    g = getattr(self, "group_tokens", None) or tokens  # set by the model (hf:mixtral)
-    g = g if tokens % g == 0 else tokens
+    g = group_of(tokens, getattr(self, "group_tokens", None))
     slots = capacity(g, top_k, experts)
     choice = F.one_hot(top_k_index, experts).to(hidden_states.dtype)  # (tokens, k, experts)
     choice = choice.reshape(tokens // g, g * top_k, experts)  # token-major within a group

@@ -30,6 +30,7 @@ PUBLISHED = {
     ("hf:llama", "llama-3.1-8b"): 8_030_261_248,
     ("hf:llama", "llama-3.1-70b"): 70_553_706_496,
     ("hf:llama", "llama-3.1-405b"): 405_853_388_800,
+    ("hf:llama", "mistral-7b"): 7_241_732_096,
     ("hf:mixtral", "mixtral-8x7b"): 46_702_792_704,
     ("hf:gemma2", "gemma-2-2b"): 2_614_341_888,
     ("hf:gemma2", "gemma-2-27b"): 27_227_128_320,

@@ -60,6 +60,14 @@ def test_tokens_beyond_an_experts_capacity_are_dropped(monkeypatch):
     assert out[1:].abs().max() == 0 and whole[1:].abs().min() > 0  # the others dropped
 
 
+def test_a_group_is_the_models_when_it_divides_the_tokens_else_a_fixed_size_never_the_batch():
+    assert moe.group_of(2 * 8191, 8191) == 8191  # the model's own sequences
+    # a traced step's 8192-token sequences under a model trained at 8191 (a prime): groups of
+    # GROUP_TOKENS, not one group of the whole batch (whose routing tensors grow with its square)
+    assert moe.group_of(8 * 8192, 8191) == moe.GROUP_TOKENS
+    assert moe.group_of(44, None) == 44  # nothing divides: all of them
+
+
 def test_ep_and_fsdp_tp_partition_specs():
     specs = sh.plan("hf:mixtral", "tiny", (2, 4), "ep").set_index("tensor")["partition"]
     experts = "hf.model.layers.0.mlp.experts."

@@ -444,6 +444,14 @@ class LlamaFamily(HFFamily):
         "llama-3.1-70b": HFConfig(dict(
             _LLAMA3, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
             num_attention_heads=64, num_key_value_heads=8, **_LLAMA31), batch_size=8),
+        # mistralai/Mistral-7B-v0.1 as MaxText's mistral-7b trains it: Llama's architecture
+        # (full attention, no sliding window), 32K vocabulary, RoPE theta 1e6. 7,241,732,096
+        # parameters.
+        "mistral-7b": HFConfig(dict(
+            vocab_size=32000, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+            hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+            num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0)), batch_size=8),
         # meta-llama/Llama-3.1-405B: 405,853,388,800 parameters.
         "llama-3.1-405b": HFConfig(dict(
             _LLAMA3, hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
