@@ -40,7 +40,10 @@ def _():
     XLA:CPU (the same HLO a TPU compiles) and names **each blocker at its line**, with the
     counter that shows it and the fix. Where the fix needs no edit of your file (padding the
     batches to buckets, making tensors on the device, running float64 as float32) the workbench
-    runs it and says what changed, **before -> after**. Your file is never changed.
+    runs it and says what changed, **before -> after**. Where it needs a mechanical edit of a
+    line (a logged `.item()` moved after the step, a mask's mean in its masked form, a median
+    as a sort), the workbench edits a copy (`patched/` beside the report), runs that and
+    measures it the same way. Your file is never changed.
 
     Pick an example, or name your own file, and press **run port**.
     """)
@@ -92,7 +95,7 @@ def _(report):
         findings_table = nb.table(
             report.findings.drop(columns=["file", "line"]), selection="single",
             initial_selection=[0], label=f"{len(report.findings)} blockers in {report.label}, "
-            "costliest first (cost_s: step time the fix saved; empty where it needs an edit)")
+            "costliest first (cost_s: step time the fix saved; empty where it was not tried)")
         mo.output.replace(mo.vstack([
             mo.md("**Click a row** to see its line in context, the fix and what it changed."),
             findings_table]))
@@ -107,7 +110,7 @@ def _(findings_table, report):
         _row = report.findings[(report.findings["kind"] == _pick["kind"])
                                & (report.findings["where"] == _pick["where"])].iloc[0]
         _variant = {"shapes": "pad to buckets", "cpu_tensor": "on device",
-                    "float64": "float32"}.get(_row["kind"])
+                    "float64": "float32"}.get(_row["kind"], "edited")
         _tried = _variant in set(report.steps["variant"]) and bool(_row["verified"])
         mo.output.replace(mo.vstack([
             mo.md(f"### {_row['kind']} at `{_row['where']}`\n\n"
@@ -116,7 +119,7 @@ def _(findings_table, report):
                   + f"\n\n**Evidence:** {_row['evidence']}\n\n**Fix:**\n\n```diff\n"
                   + _row["fix"] + "\n```\n\n"
                   + (f"**Verified:** {_row['verified']}" if _tried else
-                     "**Not tried:** this fix needs an edit of your file.")),
+                     "**Not tried:** this fix needs an edit only you can judge.")),
             wb.charts.port_steps(report.steps, ["as written", _variant] if _tried
                                  else ["as written"]),
         ]))
@@ -128,10 +131,11 @@ def _():
     mo.md(rf"""
     ## Workshop exercise
 
-    `tests/models/port_masks.py` computes `bonus = {exercise.BLOCKED}`: the mean of the
-    elements above 0.5. Its shape depends on how many there are, so XLA compiles a new program
-    whenever that number changes, and Dynamo breaks the graph there. **Write an expression of
-    `h` (and `torch`) with the same value whose every op has a static shape.**
+    `port` rewrote `tests/models/port_masks.py`'s `h[h > 0.5].mean()` in its masked form. The
+    same model might want the largest element above 0.5, `{exercise.BLOCKED}`: the selection's
+    shape depends on how many there are, so XLA compiles a new program whenever that number
+    changes, and Dynamo breaks the graph there. **Write an expression of `h` (and `torch`)
+    with the same value whose every op has a static shape.**
     """)
     return
 

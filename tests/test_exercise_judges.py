@@ -188,3 +188,18 @@ def test_typed_number_reads_what_readers_type_and_refuses_the_rest():
     assert typed_number("480kib", "KiB") == 480.0
     for bad in ("", None, "abc", "nan", "inf", "12 MiB"):
         assert typed_number(bad, "KiB") is None, bad
+
+
+def test_port_your_model_masked_max():
+    from tpu_workbench.exercises import port_your_model as ex
+
+    assert ex.judge_masked("torch.where(h > 0.5, h, -torch.inf).max()")[0] == "success"
+    kind, text = ex.judge_masked(ex.BLOCKED)  # the same value, still data-dependent
+    assert kind == "warn" and "depends on the data" in text
+    # also right: a 0 never beats an element above 0.5 (and the judge's tensors have some)
+    assert ex.judge_masked("torch.where(h > 0.5, h, 0).max()")[0] == "success"
+    kind, text = ex.judge_masked("h.mean()")
+    assert kind == "warn" and "Not the same value" in text
+    assert "not x" in ex.judge_masked("torch.where(h > 0.5, h, x).max()")[1]
+    assert ex.judge_masked("torch.where(")[0] == "warn"
+    assert ex.judge_masked("")[0] == "neutral"

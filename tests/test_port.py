@@ -1,6 +1,7 @@
 """``port`` on the suite's own broken models: every planted blocker named at its line (the
 ``# BLOCKER: kind`` comments of tests/models/port_*.py), the shape and device fixes tried and
-measured, a Dynamo crash kept as a finding, and nothing reported on the workbench's clean models.
+measured, the edits a line needs run on a patched copy (the model's file untouched), a Dynamo
+crash kept as a finding, and nothing reported on the workbench's clean models.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 import tpu_workbench as wb
+from tpu_workbench.porting import patch
 from tpu_workbench.porting.findings import _device_fix
 
 MODELS = Path(__file__).parent / "models"
@@ -29,6 +32,7 @@ def planted(name: str) -> set[tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
+    sources = {name: (MODELS / f"port_{name}.py").read_text() for name in REF}
     mp = pytest.MonkeyPatch()
     mp.setenv("TPU_WORKBENCH_RESULTS", str(tmp_path_factory.mktemp("results")))
     pool = wb.WorkerPool(max_workers=1)
@@ -40,6 +44,8 @@ def reports(tmp_path_factory):
         for model, preset in (("mingpt", "tiny"), ("resnet", "tiny"), ("hf:llama", "tiny")):
             out[model] = wb.port(model, preset, steps=3, batch_size=4, pool=pool)
         out["heard"] = heard
+        out["untouched"] = all((MODELS / f"port_{name}.py").read_text() == text
+                               for name, text in sources.items())
         yield out
     finally:
         pool.shutdown()
@@ -66,9 +72,15 @@ def test_the_shape_and_device_fixes_were_tried_and_helped(reports):
     device = found.loc["cpu_tensor"]
     assert "torch.arange(tokens.shape[1], device=tokens.device)" in device["fix"]
     assert re.search(r"CPU copies at this line 1 -> 0 per step", device["verified"])
-    assert pd.isna(found.loc["host_read", "cost_s"]) and found.loc["host_read", "verified"] == ""
+    # the print of .item(), moved into a step closure in a patched copy: no read cuts the step
+    read = found.loc["host_read"]
+    assert "xm.add_step_closure(lambda: print(" in read["fix"]
+    assert re.search(r"host reads at this line 1 -> 0 per step \(in patched/port_shapes.py\); "
+                     r"graph executions per step (\d+) -> 1", read["verified"]), read["verified"]
+    assert int(re.search(r"executions per step (\d+)", read["verified"])[1]) >= 2
+    assert not pd.isna(read["cost_s"])
     steps = reports["shapes"].steps
-    assert {"as written", "pad to buckets", "on device"} == set(steps["variant"])
+    assert {"as written", "pad to buckets", "on device", "edited"} == set(steps["variant"])
     padded = steps[steps["variant"] == "pad to buckets"]
     assert padded["compiles"].iloc[-1] == 0  # the last step of the padded run compiles nothing
     assert found["cost_s"].iloc[0] == reports["shapes"].findings["cost_s"].max()  # costliest first
@@ -83,14 +95,51 @@ def test_a_model_that_crashes_under_dynamo_still_gets_its_report_and_the_other_k
     device = found[found["kind"] == "cpu_tensor"].iloc[0]
     assert device["verified"].startswith("CPU copies at this line 1 -> 0 per step")
     fallback = found[found["kind"] == "fallback"].iloc[0]
-    assert "aten::median" in fallback["evidence"] and "x.sort(dim)" in fallback["fix"]
+    assert "aten::median" in fallback["evidence"]  # its edit: test_the_edits_a_line_needs_...
     float64 = found[found["kind"] == "float64"].iloc[0]
     assert "torch.float32" in float64["fix"] and "-> 0 per step" in float64["verified"]
 
 
+def test_the_edits_a_line_needs_run_on_a_copy_and_keep_the_result(reports):
+    found = reports["masks"].findings.set_index("kind")
+    masked = found.loc["data_dependent"]
+    assert "torch.where(h > 0.5, h, 0).sum() / (h > 0.5).sum()" in masked["fix"]
+    before, after = map(int, re.search(r"compilations after the first step (\d+) -> (\d+)",
+                                       masked["verified"]).groups())
+    assert before >= 3 and after == 0  # a new mask size every step, then one program
+    assert "data-dependent ops at this line 1 -> 0 per step" in masked["verified"]
+    median = found.loc["fallback"]
+    assert "h.sort(dim=0).values.select(0, (h.shape[0] - 1) // 2)" in median["fix"]
+    assert "aten::median runs on the CPU 1 -> 0 per step" in median["verified"]
+    losses = re.search(r"loss ([\d.]+) -> ([\d.]+)", masked["verified"]).groups()
+    assert losses[0] == losses[1]  # the same model: the edits changed no result
+    assert reports["untouched"]  # the model files themselves were never written
+
+
+def test_patch_edits_one_line_only_where_the_edit_is_mechanical():
+    closure = patch.edit("host_read", '    print(f"{loss.item():.3f}")  # log\n')
+    assert closure.splitlines() == ["    " + patch.IMPORT,
+                                    '    xm.add_step_closure(lambda: print(f"{loss.item():.3f}"))'
+                                    "  # log"]
+    assert patch.edit("host_read", "    v = out.item()") == "    v = out.detach()"
+    assert patch.edit("host_read", "    if loss.item() > 3:") is None  # control flow: the author's
+    assert patch.edit("data_dependent", "s = x[m].sum()") == "s = torch.where(m, x, 0).sum()"
+    assert patch.edit("data_dependent", "i = x.nonzero()") is None
+    assert patch.edit("fallback", "y = x.median(dim=-1).values") == \
+        "y = x.sort(dim=-1).values.select(-1, (x.shape[-1] - 1) // 2)"
+    assert patch.edit("fallback", "y = x.median()") is None
+    t = torch.tensor([[3.0, -1.0, 2.0, 5.0], [7.0, 0.0, 1.0, 4.0]])  # even: the lower middle
+    assert torch.equal(t.median(dim=-1).values,
+                       eval(patch.edit("fallback", "t.median(dim=-1).values")))
+
+
 def test_the_report_files_are_written_whole(reports):
     out = reports["shapes"].out
-    assert sorted(p.name for p in out.iterdir()) == ["findings.csv", "report.json", "steps.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["findings.csv", "patched", "report.json",
+                                                     "steps.csv"]
+    assert sorted(p.name for p in (out / "patched").iterdir()) == ["port_shapes.py",
+                                                                  "port_shapes.py.diff"]
+    assert "+    xm.add_step_closure" in (out / "patched" / "port_shapes.py.diff").read_text()
     on_disk = pd.read_csv(out / "findings.csv")
     assert list(on_disk["kind"]) == list(reports["shapes"].findings["kind"])
     assert any("Dynamo" in h for h in reports["heard"])  # progress named each pass

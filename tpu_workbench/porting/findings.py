@@ -11,7 +11,8 @@ Columns of :func:`findings` (:data:`COLUMNS`):
 ``evidence``   the counters that show it (calls per step, compiles, transfers, sizes seen)
 ``fix``        the change, as a short diff against the line where it is mechanical
 ``verified``   ``before -> after`` of the fix the workbench ran (each on top of the fixes
-               before it: shapes, then device, then float64); empty where it needs an edit
+               before it: shapes, then device, then float64; then the edits of a patched
+               copy, :mod:`.patch`); empty where the fix was not tried
 ``cost_s``     step time the fix saved (median of the steps after the first, seconds); NaN
                where not measured
 
@@ -25,6 +26,8 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+
+from .patch import edit
 
 KINDS = {
     "host_read": "a device-to-host read in the step: it waits for the device and cuts the graph",
@@ -62,7 +65,7 @@ def steps_frame(records: list[dict[str, Any]]) -> Any:
     rows = [{k: v for k, v in r.items() if k not in ("kind", "fallback_ops", "shapes")}
             for r in records if r.get("kind") == "port_step"]
     return pd.DataFrame(rows, columns=["variant", "step", "step_s", "loss", "compiles",
-                                       "to_device", "from_device", "fallbacks"])
+                                       "executions", "to_device", "from_device", "fallbacks"])
 
 
 def _short(file: str) -> str:
@@ -96,7 +99,7 @@ def _device_fix(code: str) -> str:
 
 
 def _diff(before: str, after: str) -> str:
-    return f"- {before}\n+ {after}"
+    return f"- {before}\n" + "\n".join(f"+ {line.strip()}" for line in after.splitlines())
 
 
 def _row(kind: str, event: dict[str, Any], evidence: str, fix: str, verified: str = "",
@@ -143,16 +146,17 @@ def findings(records: list[dict[str, Any]], summary: dict[str, Any]) -> Any:
             rows.append(_row("host_read", e,
                              f"{calls:g} _local_scalar_dense per step; {reads:g} device-to-host "
                              "transfers per step",
-                             _diff(e["code"], "keep it a tensor: log it every N steps, after "
-                                   "the step (torch_xla.sync()), or in "
-                                   "xm.add_step_closure")))
+                             _diff(e["code"], edit("host_read", e["code"]) or "keep it a "
+                                   "tensor: log it every N steps, after the step "
+                                   "(torch_xla.sync()), or in xm.add_step_closure")))
         elif e["event"] == "data_dependent":
             rows.append(_row("data_dependent", e,
                              f"{e['op']} {calls:g} per step; {compiles} compilations in the "
                              f"{n_after} steps after the first",
-                             _diff(e["code"], "the masked form, same result, static shape: "
-                                   "torch.where(mask, x, 0), and (x * mask).sum() / "
-                                   "mask.sum() for a mean over the mask")))
+                             _diff(e["code"], edit("data_dependent", e["code"]) or "the "
+                                   "masked form, same result, static shape: torch.where(mask, "
+                                   "x, 0), and (x * mask).sum() / mask.sum() for a mean over "
+                                   "the mask")))
         elif e["event"] == "cpu_tensor":
             after = fixed["on device"].get(("cpu_tensor", e["file"], e["line"]), 0.0)
             made = _device_fix(e["code"])
@@ -210,8 +214,10 @@ def findings(records: list[dict[str, Any]], summary: dict[str, Any]) -> Any:
         file, line = (next(iter(lines)).rsplit(":", 1) if lines else ("", "0"))
         event = {"file": file, "line": int(line), "code": _code(file, int(line))
                  or "(no line of the model's: run by the autograd engine, in the backward)"}
+        made = edit("fallback", event["code"]) if lines else None
         rows.append(_row("fallback", event,
                          f"aten::{op} ran on the CPU {n / n_after:g} times per step",
+                         _diff(event["code"], made) if made else
                          "an op XLA has no lowering for: replace it with ops XLA lowers"
                          + (f" ({LOWERED_FORMS[name]})" if name in LOWERED_FORMS else "")
                          + ", or move it out of the step"))
@@ -224,6 +230,74 @@ def findings(records: list[dict[str, Any]], summary: dict[str, Any]) -> Any:
         frame = frame.sort_values(["cost_s", "kind"], ascending=[False, True],
                                   na_position="last", kind="stable").reset_index(drop=True)
     return frame
+
+
+def verify_edits(frame: Any, records: list[dict[str, Any]], edited: list[dict[str, Any]],
+                 patched: Any, copy: str) -> Any:
+    """`frame` with ``verified`` and ``cost_s`` of the rows a patched copy
+    (:class:`.patch.Patched`, run as variant ``"edited"``: `edited` are its records, `copy` its
+    name in the text) fixed, measured against the last pass of the original (`records`)."""
+    steps, after = steps_frame(records), steps_frame(edited)
+    last = str(steps["variant"].iloc[-1]) if len(steps) else "as written"
+    crash = next((e for e in edited if e.get("kind") == "port_event"
+                  and e.get("event") == "crash"), None)
+    calls: dict[tuple[str, int], float] = {}
+    for e in edited:
+        if e.get("kind") == "port_event" and e.get("variant") == "edited":
+            calls[e["event"], int(e["line"])] = calls.get((e["event"], int(e["line"])), 0.0) \
+                + e["calls_per_step"]
+    before: dict[tuple[str, str, int], float] = {}
+    for e in records:
+        if e.get("kind") == "port_event" and e.get("variant") == "as written":
+            key = (e["event"], e["file"], int(e["line"]))
+            before[key] = before.get(key, 0.0) + e["calls_per_step"]
+    frame = frame.copy()
+    together = f" (the copy's {len(patched.edited)} edits together)" if len(patched.edited) > 1 \
+        else ""
+    for i, row in frame.iterrows():
+        if patched.edited.get(int(row["line"])) != row["kind"]:
+            continue
+        if crash is not None:
+            at = f" at line {crash['line']}" if crash.get("line") else ""
+            frame.at[i, "verified"] = (f"tried in {copy}: its step fails{at}: "
+                                       f"{crash.get('reason', crash['op'])}")
+            continue
+        if row["kind"] == "fallback":  # counted by op (torch_xla's counters), not by line
+            op = re.search(r"aten::(\w+)", row["evidence"])[1]  # type: ignore[index]
+            n_before, n_after = _cpu_runs(records, last, op), _cpu_runs(edited, "edited", op)
+            what = f"aten::{op} runs on the CPU"
+        else:
+            n_before = before.get((row["kind"], row["file"], int(row["line"])), 0.0)
+            n_after = calls.get((row["kind"], patched.line(int(row["line"]))), 0.0)
+            what = ("host reads" if row["kind"] == "host_read" else "data-dependent ops") + \
+                " at this line"
+        base_s, edit_s = _steady(steps, last, "step_s"), _steady(after, "edited", "step_s")
+        parts = [f"{what} {n_before:g} -> {n_after:g} per step (in {copy})"]
+        if row["kind"] == "host_read":
+            parts.append(f"graph executions per step {_steady(steps, last, 'executions'):g} -> "
+                         f"{_steady(after, 'edited', 'executions'):g}")
+        elif row["kind"] == "data_dependent":
+            parts.append("compilations after the first step "
+                         f"{_after_first(steps, last, 'compiles')} -> "
+                         f"{_after_first(after, 'edited', 'compiles')}")
+        parts.append(f"median step {base_s:.4f} -> {edit_s:.4f} s (on top of: {last}){together}")
+        parts.append(f"loss {_steady(steps, last, 'loss'):.4f} -> "
+                     f"{_steady(after, 'edited', 'loss'):.4f}")
+        frame.at[i, "verified"] = "; ".join(parts)
+        if not n_after:
+            frame.at[i, "cost_s"] = base_s - edit_s
+    if len(frame):
+        frame = frame.sort_values(["cost_s", "kind"], ascending=[False, True],
+                                  na_position="last", kind="stable").reset_index(drop=True)
+    return frame
+
+
+def _cpu_runs(records: list[dict[str, Any]], variant: str, op: str) -> float:
+    """CPU runs per step of aten::`op` (any overload) in `variant`'s steps after the first."""
+    runs = [sum(n for name, n in r["fallback_ops"].items() if name.split(".")[0] == op)
+            for r in records if r.get("kind") == "port_step" and r["variant"] == variant
+            and r["step"] > 0]
+    return sum(runs) / len(runs) if runs else 0.0
 
 
 def _pad_fix(key: str, dim: int, buckets: list[int], rank: int) -> str:

@@ -6,14 +6,18 @@
 
 The measuring happens in a workbench worker (:mod:`tpu_workbench.worker.port`); this module
 validates the input first (a missing file or a factory that raises is a SpecError naming it,
-before a worker starts), turns the records into findings (:mod:`.findings`) and writes
-``findings.csv``, ``steps.csv`` and ``report.json`` (what was checked) atomically into `out`.
+before a worker starts), turns the records into findings (:mod:`.findings`), runs a patched copy
+of your file where a fix needs an edit that is mechanical (:mod:`.patch`; written to
+``out/patched/``, your file untouched) and writes ``findings.csv``, ``steps.csv`` and
+``report.json`` (what was checked) atomically into `out`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +27,8 @@ from typing import Any
 from ..errors import SpecError
 from ..runs.runner import run
 from ..runs.spec import ExperimentSpec
-from .findings import findings, steps_frame
+from . import patch
+from .findings import findings, steps_frame, verify_edits
 
 DEFAULT_STEPS = 6
 MIN_STEPS = 3  # the first step compiles; a change needs two more to show
@@ -40,6 +45,7 @@ class PortReport:
     checked: list[str]
     summary: dict[str, Any] = field(default_factory=dict)
     out: Path | None = None
+    patch: str = ""  # the diff of the patched copy that was run ("" where none was)
 
     @property
     def clean(self) -> bool:
@@ -68,6 +74,9 @@ class PortReport:
                       "   fix: " + str(r.fix).replace("\n", "\n        ")]
             if r.verified:
                 lines.append(f"   verified: {r.verified}")
+        if self.patch and self.out is not None:
+            lines.append(f"the edits above were run on a copy: {self.out / 'patched'} "
+                         "(its .diff beside it); your file is unchanged")
         return "\n".join(lines)
 
 
@@ -109,8 +118,31 @@ def port(model: str, preset: str = "default", *, steps: int = DEFAULT_STEPS,
                     "fix that needs no edit; then torch.compile)")
     result = run(spec, heard, task="port", pool=pool)
     frame = findings(result.records, result.summary)
-    report = PortReport(model, preset, frame, steps_frame(result.records),
-                        list(result.summary.get("checked", [])), result.summary)
+    records, diff = list(result.records), ""
+    where, sep, factory = model.rpartition(":")
+    patched = patch.patch(where, frame) if sep and where.endswith(".py") else None
+    if patched is not None:  # edits a line needs, run on a copy beside the report
+        folder = Path(out) / "patched" if out is not None else Path(tempfile.mkdtemp(
+            prefix="tpu-workbench-port-"))
+        copy = folder / Path(where).name
+        _write(folder, copy.name, patched.text)
+        _write(folder, f"{copy.name}.diff", patched.diff)
+        try:
+            edited = run(dataclasses.replace(spec, model=f"{copy.resolve()}:{factory}"), heard,
+                         task="port_edited", pool=pool).records
+        except Exception as exc:  # the copy does not load or its worker dies: said on its rows
+            edited = [{"kind": "port_event", "variant": "edited", "event": "crash", "line": 0,
+                       "op": type(exc).__name__, "reason": str(exc).strip().splitlines()[0]
+                       if str(exc).strip() else type(exc).__name__}]
+        finally:
+            if out is None:
+                shutil.rmtree(folder, ignore_errors=True)
+        label = f"patched/{copy.name}" if out is not None else "a patched copy"
+        frame = verify_edits(frame, records, edited, patched, label)
+        records += [r for r in edited if r.get("kind") == "port_step"]
+        diff = patched.diff
+    report = PortReport(model, preset, frame, steps_frame(records),
+                        list(result.summary.get("checked", [])), result.summary, patch=diff)
     if out is not None:
         report.out = write(report, Path(out))
     return report
@@ -125,8 +157,14 @@ def write(report: PortReport, out: Path) -> Path:
     for name, text in (("findings.csv", report.findings.to_csv(index=False)),
                        ("steps.csv", report.steps.to_csv(index=False)),
                        ("report.json", json.dumps(meta, indent=1, default=str))):
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, out / name)
+        _write(out, name, text)
     return out
+
+
+def _write(folder: Path, name: str, text: str) -> None:
+    """`folder/name` replaced whole (a reader never sees half a file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, folder / name)

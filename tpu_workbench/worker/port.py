@@ -18,10 +18,14 @@ A few training steps of the spec's model, in passes that each answer one questio
 4. **dynamo** (``torch.compile(backend="openxla")``, 2 steps): ``torch._dynamo.explain``'s graph
    breaks with their reasons and lines; a crash is kept with its line.
 
-Records: ``kind="port_step"`` (variant, step, step_s, compiles, to_device, from_device,
-fallbacks, fallback_ops, shapes), ``kind="port_event"`` (event, op, where, code, calls per step)
-and ``kind="port_dynamo"`` (event, reason, where, code). The analysis (which of these are
-blockers, their fixes) is :mod:`tpu_workbench.porting`'s.
+Task ``port_edited`` runs a copy of the model's file that :mod:`tpu_workbench.porting.patch`
+edited: (1) unrecorded, then one variant, ``"edited"``, with every fix of (3) at once, watched
+and timed; no Dynamo pass.
+
+Records: ``kind="port_step"`` (variant, step, step_s, compiles, executions, to_device,
+from_device, fallbacks, fallback_ops, shapes), ``kind="port_event"`` (event, op, where, code,
+calls per step) and ``kind="port_dynamo"`` (event, reason, where, code). The analysis (which
+of these are blockers, their fixes) is :mod:`tpu_workbench.porting`'s.
 """
 
 from __future__ import annotations
@@ -170,7 +174,8 @@ def _metrics() -> dict[str, Any]:
         data = met.metric_data(name)
         return int(data[0]) if data else 0
 
-    return {"compiles": count("CompileTime"), "to_device": count("TransferToDeviceTime"),
+    return {"compiles": count("CompileTime"), "executions": count("ExecuteTime"),
+            "to_device": count("TransferToDeviceTime"),
             "from_device": count("TransferFromDeviceTime"),
             "ops": {n.removeprefix("aten::"): int(met.counter_value(n) or 0)
                     for n in met.counter_names() if n.startswith("aten::")}}
@@ -178,11 +183,15 @@ def _metrics() -> dict[str, Any]:
 
 def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     ops = {op: n - before["ops"].get(op, 0) for op, n in after["ops"].items()}
-    return {**{k: after[k] - before[k] for k in ("compiles", "to_device", "from_device")},
+    return {**{k: after[k] - before[k]
+               for k in ("compiles", "executions", "to_device", "from_device")},
             "fallback_ops": {op: n for op, n in ops.items() if n}}
 
 
-def port(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
+def port(ctx: Any, spec_dict: dict[str, Any], edited: bool = False) -> dict[str, Any]:
+    """The passes above for the spec's model. ``edited``: the model is a copy the workbench
+    patched (:mod:`tpu_workbench.porting.patch`); it runs once, watched and timed as variant
+    ``"edited"``, with every fix that needs no edit applied, and without the Dynamo pass."""
     import torch_xla
 
     spec = ExperimentSpec.from_dict(spec_dict)
@@ -220,7 +229,7 @@ def port(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
 
     def watched(variant: str, data: list[dict[str, torch.Tensor]],
                 around: Callable[[], Any] = contextlib.nullcontext,
-                attributes: bool = False) -> Watch:
+                attributes: bool = False, emit: bool = True) -> Watch:
         """The :class:`Watch` of `variant`'s first steps (not timed)."""
         watch = Watch()
         _, step = fresh(attributes)
@@ -230,7 +239,8 @@ def port(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
                 step(placed, around)
             torch_xla.sync()
         for (event, op, file, line), n in sorted(watch.events.items()):
-            if file:  # a line of the model's (inside the libraries: the autograd engine's own)
+            # a line of the model's (inside the libraries: the autograd engine's own)
+            if file and emit:
                 ctx.emit({"kind": "port_event", "variant": variant, "event": event, "op": op,
                           "where": f"{file}:{line}", "file": file, "line": line,
                           "code": code_at(file, line), "calls_per_step": n / WATCH_STEPS})
@@ -264,11 +274,12 @@ def port(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
         return rows
 
     # 1. watch
+    first = "edited" if edited else "as written"
     try:
-        watch = watched("as written", batches)
+        watch = watched(first, batches, emit=not edited)
     except Exception as exc:  # the step itself fails on XLA: that is the finding, at its line
         file, line = _crash_line(exc)
-        ctx.emit({"kind": "port_event", "variant": "as written", "event": "crash",
+        ctx.emit({"kind": "port_event", "variant": first, "event": "crash",
                   "op": type(exc).__name__, "where": f"{file}:{line}", "file": file,
                   "line": line, "code": code_at(file, line), "calls_per_step": 1.0,
                   "reason": _reason(exc)})
@@ -284,7 +295,7 @@ def port(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
              for op, where in watch.ops.items()}
 
     # 2. as written
-    written = timed("as written", batches)
+    written = [] if edited else timed("as written", batches)
     checked += ["XLA compilations per step and which input dimension changed",
                 "CPU fallback ops (torch_xla's aten:: counters)",
                 "host-device transfers per step"]
@@ -295,41 +306,45 @@ def port(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
     # Each fix on top of the ones before it, so one fix's gain is not hidden by another
     # blocker's cost (a compile per step of a new length dwarfs a copy from the CPU).
     buckets = {k: {d: bucket_sizes(v) for d, v in dims.items()} for k, dims in varying.items()}
-    variants, data, modes, attributes = ["as written"], batches, [], False
-
-    def around() -> contextlib.ExitStack:
-        stack = contextlib.ExitStack()
-        for mode in modes:
-            stack.enter_context(mode())
-        return stack
-
+    data, modes, attributes = batches, [], False
+    plan: list[tuple[str, list[dict[str, torch.Tensor]], list[Callable[[], Any]], bool]] = []
     if buckets:
         data = [pad_to(b, buckets) for b in batches]
-        variants.append("pad to buckets")
-        timed("pad to buckets", data)
+        plan.append(("pad to buckets", data, [], False))
     if "cpu_tensor" in events:  # made on the device by default; tensor attributes moved there
         modes.append(lambda: torch.device(device))
         attributes = True
-        variants.append("on device")
-        watched("on device", data, around, attributes)
-        timed("on device", data, around, attributes)
+        plan.append(("on device", data, list(modes), attributes))
     if "float64" in events:
         modes.append(AsFloat32)
-        variants.append("float32")
-        watched("float32", data, around, attributes)
-        timed("float32", data, around, attributes)
+        plan.append(("float32", data, list(modes), attributes))
+    if edited:  # the patched copy, with every fix above at once
+        plan = [("edited", data, list(modes), attributes)]
+    for variant, variant_data, variant_modes, moved in plan:
+        def around(ms: list[Callable[[], Any]] = variant_modes) -> contextlib.ExitStack:
+            stack = contextlib.ExitStack()
+            for mode in ms:
+                stack.enter_context(mode())
+            return stack
+
+        if variant_modes or edited:  # did the lines stop firing? (padding moves no line)
+            watched(variant, variant_data, around, moved)
+        timed(variant, variant_data, around, moved)
+    variants = ([] if edited else ["as written"]) + [v for v, *_ in plan]
 
     # 4. dynamo
-    checked.append("Dynamo graph breaks and crashes (torch.compile, backend openxla)")
-    for record in _dynamo(family, fresh, batches[:2], device):
-        ctx.emit(record)
+    if not edited:
+        checked.append("Dynamo graph breaks and crashes (torch.compile, backend openxla)")
+        for record in _dynamo(family, fresh, batches[:2], device):
+            ctx.emit(record)
     return {"model": spec.model, "preset": spec.preset, "batch_size": batch_size,
             "steps": spec.steps, "checked": checked, "op_lines": lines, "variants": variants,
             "varying": {k: {str(d): v for d, v in dims.items()} for k, dims in varying.items()},
             "buckets": {k: {str(d): v for d, v in dims.items()} for k, dims in buckets.items()},
             "made_at": {k: origins.line_of([tuple(b[k].shape) for b in batches])
                         for k in varying},
-            "median_step_s": statistics.median(r["step_s"] for r in written[2:] or written)}
+            "median_step_s": statistics.median(r["step_s"] for r in written[2:] or written)
+            if written else float("nan")}
 
 
 def _varying(batches: list[dict[str, torch.Tensor]]) -> dict[str, dict[int, list[int]]]:
