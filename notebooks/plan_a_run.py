@@ -19,7 +19,8 @@ with app.setup:
                     "slices": ["v6e-8", "v6e-16"] if HF else ["v6e-4"],
                     "strategies": ["fsdp", "dp_tp"] if HF else ["fsdp"],
                     "seq_len": 2048 if HF else 16, "batch": 32 if HF else 8,
-                    "recompute": HF, "attention": "flash" if HF else "eager"}
+                    "recompute": HF, "attention": "flash" if HF else "eager",
+                    "optimizer": "adamw"}
     EXERCISE_PARAMS = 2_700_000_000
 
 
@@ -74,7 +75,7 @@ def _():
     plan = mo.md("""
     {model} {preset} {slices} {strategies}
 
-    {seq_len} {batch} {recompute} {attention}
+    {seq_len} {batch} {recompute} {attention} {optimizer}
     """).batch(
         model=mo.ui.dropdown(wb.model_names(), value=DEFAULT_PLAN["model"], label="model"),
         preset=mo.ui.text(value=DEFAULT_PLAN["preset"], label="preset"),
@@ -90,6 +91,8 @@ def _():
                                  label="activation checkpointing (hf:*)"),
         attention=mo.ui.dropdown(["eager", "flash"], value=DEFAULT_PLAN["attention"],
                                  label="attention (flash: torch_xla's Pallas kernel, hf:*)"),
+        optimizer=mo.ui.dropdown(list(wb.OPTIMIZERS), value=DEFAULT_PLAN["optimizer"],
+                                 label="optimizer (adafactor: a row and a column per matrix)"),
     ).form(submit_button_label="predict (libtpu compiles each slice and strategy: about "
                  "2 minutes for Llama-3-8B's blocks on 2 cores, then cached)")
     plan
@@ -102,11 +105,11 @@ def _(plan):
     _v = plan.value or DEFAULT_PLAN
     plan_kwargs = dict(slices=_v["slices"], strategies=_v["strategies"],
                        seq_len=int(_v["seq_len"]), batch_size=int(_v["batch"]),
-                       recompute=_v["recompute"])
+                       recompute=_v["recompute"], optimizer=_v["optimizer"])
     plan_model = (_v["model"], _v["preset"].strip(), None if _v["attention"] == "eager"
                   else _v["attention"])
     try:
-        fit_plan = wb.fit_check(*plan_model[:2], **plan_kwargs)
+        fit_plan = wb.fit_check(*plan_model[:2], **plan_kwargs, attention=plan_model[2])
         mo.output.replace(mo.vstack([
             mo.md(f"### Memory per chip, estimated\n\n{plan_model[0]} {plan_model[1]}, "
                   f"global batch {_v['batch']} x {_v['seq_len']} tokens. _By the convention "

@@ -338,7 +338,7 @@ def test_cli_predict_prints_memory_per_chip(tmp_path, capsys):
     from tpu_workbench.cli import main
 
     assert main(["predict", "--model", "dlrm", "--preset", "mlperf", "--slice", "v6e-16",
-                 "--strategy", "row,column", "--out", str(tmp_path)]) == 0
+                 "--strategy", "row,column", "--estimate-only", "--out", str(tmp_path)]) == 0
     fit = pd.read_csv(tmp_path / "fit.csv")
     assert list(fit["strategy"]) == ["row", "column"] and list(fit["fits"]) == [True, False]
     assert "ESTIMATED" in capsys.readouterr().out
@@ -369,12 +369,21 @@ def test_v6e_compile_of_a_row_split_step(results):
 
 
 @pytest.mark.skipif(not LIBTPU.exists(), reason="no .venv-libtpu: scripts/dev.py setup builds it")
-def test_predict_times_the_compiled_dlrm_step_with_its_bottleneck(results):
+def test_predict_times_the_compiled_dlrm_step_with_its_bottleneck(results, tmp_path, capsys):
     """The program of the test above timed as a transformer's step is: the
     lookups' all-reduce on the v6e-8's torus, the MLPs on the roofline, a bottleneck, an MFU
-    below 1, and the compiler's memory per chip."""
-    row = wb.predict("dlrm", "tiny", slices=["v6e-8"], strategies=["row"],
-                     batch_size=128).iloc[0]
+    below 1, and the compiler's memory per chip; the command line prints the estimate, then
+    compiles and times each plan the estimate fits."""
+    import pandas as pd
+
+    from tpu_workbench.cli import main
+
+    assert main(["predict", "--model", "dlrm", "--preset", "tiny", "--slice", "v6e-8",
+                 "--strategy", "row", "--batch", "128", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "ESTIMATED" in out and "dlrm tiny, global batch 128:" in out  # no sequence length
+    assert pd.read_csv(tmp_path / "fit.csv")["fits"].all()
+    row = pd.read_csv(tmp_path / "predict.csv").iloc[0]
     assert row["executions"] == 0 and row["fits"] and row["method"] == "whole"
     assert row["predicted_step_ms"] >= row["predicted_roofline_ms"] > 0
     assert row["predicted_ici_ms"] > 0 and "all-reduce" in row["collectives"]

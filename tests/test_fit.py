@@ -122,6 +122,29 @@ def test_logits_are_the_two_buffers_the_tpu_compiler_allocated():
     assert sh.logits_bytes(shape, 4, 2048, dtype="float32") == 2 * sh.logits_bytes(shape, 4, 2048)
 
 
+def test_adafactor_keeps_no_moments_per_parameter_only_the_master_weights():
+    """Adafactor's factored moments are a row and a column per matrix (counted as none): fp32
+    training keeps 4 + 4 bytes a parameter, mixed precision 2 + 2 + 4 (fp32 master weights).
+    It makes Llama-3-8B fit a v6e-4 (torchprime's published runs), which Adam does not."""
+    n = 8_030_261_248
+    for dtype, total in (("float32", 8), ("bfloat16", 8)):
+        f = sh.fits(n, "fsdp", "4", dtype=dtype, optimizer="adafactor")
+        assert f["per_device_bytes"] == pytest.approx(total * n / 4)
+        assert f["optimizer_bytes"] == pytest.approx(sh.ADAFACTOR_STATE_BYTES[dtype] * n / 4)
+        assert "adafactor" in f["reason"]
+    assert sh.fits(n, "fsdp", "4", "v6e", "bfloat16", optimizer="adafactor")["fits"]
+    assert not sh.fits(n, "fsdp", "4", "v6e", "bfloat16")["fits"]  # Adam: 32.1 GB a chip
+    with pytest.raises(wb.SpecError, match="unknown optimizer 'sgd'; valid: adamw, adafactor"):
+        sh.fits(n, "fsdp", "4", optimizer="sgd")
+    plan = dict(slices=["v6e-4"], seq_len=8192, batch_size=8, recompute=True,
+                attention="flash")  # E5's
+    adam, fact = (wb.fit_check("hf:llama", "llama-3-8b", **plan, optimizer=o)
+                  for o in ("adamw", "adafactor"))
+    assert fact["optimizer_gb"].iloc[0] < adam["optimizer_gb"].iloc[0] / 2
+    state = [(f["params_gb"] + f["grads_gb"] + f["optimizer_gb"]).iloc[0] for f in (fact, adam)]
+    assert state[0] < fact["usable_gb"].iloc[0] < state[1]  # what predict's gate checks
+
+
 def test_the_training_state_is_sixteen_bytes_a_parameter_either_way():
     """fp32 (4 + 4 + 8) or bf16 mixed precision as ZeRO counts it (2 + 2 + 12, Rajbhandari et
     al. 2020): the convention every view states; predict used 8, a notebook 16."""

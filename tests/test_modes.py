@@ -143,3 +143,19 @@ def test_steady_compiles_says_where_they_happened():
                           "compiles": [1, 0, 0, 4, 2, 0]})
     assert steady_compiles(steps) == {"dynamo": {1: 2}}
     assert steady_compiles(steps.iloc[:0]) == {}
+
+
+def test_adafactor_trains_on_xla_as_in_plain_pytorch_and_compiles_twice_then_never(results):
+    """transformers' Adafactor at a fixed rate: its factored state made up front, nothing read
+    back; the lazy step compiles twice and then never (its first step's decay, 1 - 1**-0.8, is
+    0, which torch_xla compiles as a constant); the losses are plain PyTorch's, not AdamW's."""
+    base = wb.ExperimentSpec(model="mlp", preset="tiny", steps=4, optimizer="adafactor")
+    lazy = wb.run(base.replace(mode="lazy"))
+    eager = wb.run(base.replace(mode="torch_eager"))
+    adamw = wb.run(base.replace(mode="torch_eager", optimizer="adamw"))
+    assert lazy.summary["cache"]["compiles"] == 2
+    assert lazy.steps["compiles"].iloc[2:].sum() == 0
+    losses = lazy.steps["loss"].to_numpy()
+    np.testing.assert_allclose(losses, eager.steps["loss"].to_numpy(), rtol=2e-3)
+    assert losses[0] == pytest.approx(adamw.steps["loss"].iloc[0], rel=1e-5)  # same start
+    assert abs(losses[-1] - adamw.steps["loss"].iloc[-1]) > 1e-3 * abs(losses[-1])

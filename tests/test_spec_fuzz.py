@@ -78,6 +78,7 @@ PLAUSIBLE = {
     "options": mostly(st.just({}), st.dictionaries(option_keys, option_values, max_size=3)),
     "lr": mostly(st.one_of(st.none(), st.floats(1e-5, 1.0)),
                  st.floats(allow_nan=True, allow_infinity=True)),
+    "optimizer": mostly(st.sampled_from(["adamw", "adafactor"]), st.just("sgd")),
     "change": mostly(st.none(), st.sampled_from([*wb.CHANGES, "colour"])),
     "change_at": mostly(st.integers(1, 5), small),
     "explain_compiles": st.sampled_from([None, True, False]),

@@ -112,6 +112,26 @@ def test_tiny_llama_fsdp_on_a_v6e_8_holds_its_state_sharded_and_updated_in_place
     assert c.provenance()["libtpu"] == c.compiled["libtpu"]
 
 
+def test_adafactor_holds_a_row_and_a_column_per_matrix_in_place_of_adams_two_moments():
+    """The same step with Adafactor: its factored moments enter as arguments and leave aliased,
+    and Adam's 8 bytes per parameter are gone from the arguments (the factored ones are a
+    row and a column per matrix)."""
+    kwargs = dict(seq_len=128, batch_size=8, options={"max_position_embeddings": 128})
+    adam = tpu_compile("hf:llama", "tiny", "v6e-8", "fsdp", **kwargs)
+    fact = tpu_compile("hf:llama", "tiny", "v6e-8", "fsdp", optimizer="adafactor", **kwargs)
+    assert fact.trace["executions"] == 0
+    moments = adam.trace["n_params"] * 8 / 8  # Adam's two fp32 moments, split 8 ways
+    saved = adam.memory["arguments"] - fact.memory["arguments"]
+    assert 0.9 * moments <= saved <= adam.memory["arguments"] - moments / 2, (saved, moments)
+    assert fact.memory["aliased"] >= 0.95 * fact.memory["outputs"] > 0  # updated in place
+    # Updated in place: Adam 3 per weight (itself, two moments), Adafactor 3 per matrix (a
+    # row, a column) and 2 per vector.
+    assert adam.trace["aliased_outputs"] / 3 < fact.trace["aliased_outputs"] \
+        < adam.trace["aliased_outputs"]
+    with pytest.raises(SpecError, match="unknown optimizer 'sgd'; valid: adamw, adafactor"):
+        tpu_compile("hf:llama", "tiny", "v6e-8", "fsdp", optimizer="sgd", **kwargs)
+
+
 def test_retargeted_annotations_compile_like_a_direct_trace(tmp_path):
     """A slice above 64 chips is traced on 64 devices and its 1-D annotations rewritten: the
     same matmul traced on 8 devices and retargeted to a v6e-16 compiles to what a trace on 16

@@ -25,6 +25,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     # what to run
     "ExperimentSpec": ("runs.spec", "ExperimentSpec"), "MODES": ("runs.spec", "MODES"),
     "CHANGES": ("runs.spec", "CHANGES"), "CAPTURES": ("runs.spec", "CAPTURES"),
+    "OPTIMIZERS": ("runs.spec", "OPTIMIZERS"),
     "RuntimeConfig": ("runs.spec", "RuntimeConfig"),
     "available_modes": ("runs.spec", "available_modes"),
     "default_modes": ("runs.spec", "default_modes"),

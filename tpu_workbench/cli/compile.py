@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..runs.spec import OPTIMIZERS
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="hf:llama", help="model family (default: hf:llama)")
@@ -23,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bfloat16: mixed precision (default for hf:*); float32")
     parser.add_argument("--attention", default=None, choices=("eager", "sdpa", "flash"),
                         help="hf:* attention; flash: torch_xla's Pallas kernel")
+    parser.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
+                        help="adamw (two moments per weight) or adafactor (a row and a "
+                             "column per matrix: torchprime's v6e runs)")
     parser.add_argument("--remat", action="store_true",
                         help="activation checkpointing per block (hf:*)")
     parser.add_argument("--layers", type=int, default=None,
@@ -44,6 +49,7 @@ def compile(args: argparse.Namespace) -> int:  # noqa: A001 - the subcommand's n
     out = writable_folder(args.out)
     c = tpu_compile(args.model, args.preset, args.slice, args.strategy, args.seq_len,
                     args.batch, args.dtype, layers=args.layers, options=options,
+                    optimizer=args.optimizer,
                     libtpu_flags=args.libtpu_flags.split(),
                     on_progress=lambda m: print(m, file=sys.stderr, flush=True))
     memory = {**c.memory, "provenance": c.provenance()}

@@ -8,8 +8,13 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SpecError
+from ..runs.spec import OPTIMIZERS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SHOWN = ["slice", "strategy", "mesh", "fits", "compiler_memory_gb", "estimated_memory_gb",
          "predicted_step_ms", "predicted_step_min_ms", "predicted_step_max_ms", "predicted_mfu",
@@ -34,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="activation checkpointing per block (hf:* remat)")
     parser.add_argument("--attention", default=None, choices=("eager", "sdpa", "flash"),
                         help="hf:* attention; flash: torch_xla's Pallas kernel")
+    parser.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
+                        help="adamw (two moments per weight) or adafactor (a row and a "
+                             "column per matrix: torchprime's v6e runs)")
     parser.add_argument("--whole", action="store_true",
                         help="compile the whole model, not one and two blocks")
     parser.add_argument("--model-axis", type=int, default=None,
@@ -41,12 +49,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the slice's last physical axis)")
     parser.add_argument("--libtpu-flags", default="",
                         help="compiler flags, space-separated: '--xla_...=value ...'")
+    parser.add_argument("--estimate-only", action="store_true",
+                        help="models with embedding tables (dlrm): memory per chip from the "
+                             "plan only, instant (default: also the step compiled and timed "
+                             "for each plan that fits)")
     parser.add_argument("--out", type=Path, default=Path("predict"), help="output folder")
 
 
-def _embedding_fit(args: argparse.Namespace, slices: list[str], strategies: list[str]) -> int:
+def _embedding_fit(args: argparse.Namespace, slices: list[str],
+                   strategies: list[str]) -> pd.DataFrame:
     """A model with embedding tables (dlrm): memory per chip from the GSPMD plan, per slice and
-    strategy (no step time: the step-time model is the transformers')."""
+    strategy, printed and written to fit.csv (instant: nothing compiles)."""
     from ..sharding import EMBEDDING_CONVENTION, embedding_fit_table
 
     frame = embedding_fit_table(args.model, args.preset, slices, strategies)
@@ -62,10 +75,12 @@ def _embedding_fit(args: argparse.Namespace, slices: list[str], strategies: list
     for _, row in frame[~frame["fits"]].iterrows():
         print(f"  {row['slice']} {row['strategy']}: does not fit: {row['reason']}")
     print(f"Convention: {EMBEDDING_CONVENTION}\nwrote {args.out / 'fit.csv'}")
-    return 0
+    return frame
 
 
 def predict(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from ..charts._common import save_chart
     from ..charts.predict import predicted_step_times
     from ..planning.predict import predict as run_predict
@@ -77,15 +92,27 @@ def predict(args: argparse.Namespace) -> int:
     from .. import models
 
     family = models.get_model(args.model)
-    if family.embedding_tables(family.config(args.preset)):
-        return _embedding_fit(args, slices, strategies)
+    tables = bool(family.embedding_tables(family.config(args.preset)))
+    plans = None
+    if tables:  # the instant estimate first; the step compiled only where it fits
+        fit = _embedding_fit(args, slices, strategies)
+        if args.estimate_only:
+            return 0
+        plans = fit[fit["fits"]]
+        if not len(plans):
+            print("No plan fits by the estimate: nothing to compile.")
+            return 0
     started = time.perf_counter()
-    frame = run_predict(args.model, args.preset, slices=slices, strategies=strategies,
-                        seq_len=args.seq_len, batch_size=args.batch, dtype=args.dtype,
-                        recompute=args.recompute, attention=args.attention,
-                        whole=args.whole or None, libtpu_flags=args.libtpu_flags.split(),
-                        model_axis=args.model_axis,
-                        on_progress=lambda m: print(m, file=sys.stderr, flush=True))
+    frames = [run_predict(args.model, args.preset, slices=s, strategies=t,
+                          seq_len=args.seq_len, batch_size=args.batch, dtype=args.dtype,
+                          recompute=args.recompute, attention=args.attention,
+                          whole=args.whole or None, libtpu_flags=args.libtpu_flags.split(),
+                          model_axis=args.model_axis, optimizer=args.optimizer,
+                          on_progress=lambda m: print(m, file=sys.stderr, flush=True))
+              for s, t in ([(slices, strategies)] if plans is None else
+                           [([r.slice], [r.strategy]) for r in plans.itertuples()])]
+    frame = pd.concat(frames, ignore_index=True)
+    frame.attrs = frames[0].attrs
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / "predict.csv.tmp"
     frame.to_csv(tmp, index=False)
@@ -94,8 +121,9 @@ def predict(args: argparse.Namespace) -> int:
     if frame["predicted_step_ms"].notna().any():
         written += save_chart(predicted_step_times(frame), args.out, "predict")
     print(f"PREDICTED (not measured) for {args.model} {args.preset}, global batch "
-          f"{args.batch}, seq {args.seq_len}:")
-    print(frame[SHOWN].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+          f"{args.batch}" + ("" if tables else f", seq {args.seq_len}") + ":")
+    shown = [c for c in SHOWN if c in frame and frame[c].notna().any()]
+    print(frame[shown].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for _, row in frame[~frame["fits"]].iterrows():
         print(f"  {row['slice']} {row['strategy']}: does not fit: {row['reason']}")
     print("Assumptions:\n" + "\n".join(f"  - {a}" for a in frame.attrs["assumptions"]))

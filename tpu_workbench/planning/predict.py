@@ -92,7 +92,7 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
             whole: bool | None = None, options: dict[str, Any] | None = None,
             libtpu_flags: Sequence[str] = (), pool: WorkerPool | None = None,
             timeout: float = 1800.0, on_progress: Callable[[str], None] | None = None,
-            model_axis: int | None = None) -> pd.DataFrame:
+            model_axis: int | None = None, optimizer: str = "adamw") -> pd.DataFrame:
     """Predicted step time of `model`/`preset` training on each slice with each strategy, at
     global `batch_size` and `seq_len` tokens, from its step compiled by libtpu for that slice:
     one row per (slice, strategy), columns :data:`steptime.PREDICTION_COLUMNS` plus ``fits``
@@ -108,7 +108,8 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
     for torch_xla's Pallas flash attention (hf:*). `whole`: compile the whole model (default:
     only when it has at most 3 blocks). `libtpu_flags`: compiler flags (``LIBTPU_INIT_ARGS``).
     `model_axis`: chips on the model axis of the 2-D strategies (tp, dp_tp, fsdp_tp, ep;
-    default the slice's last physical axis). Above :data:`MAX_TRACE_DEVICES` chips a 2-D
+    default the slice's last physical axis). `optimizer`: ``adamw`` or ``adafactor`` (its
+    factored state in the step and in the fit check). Above :data:`MAX_TRACE_DEVICES` chips a 2-D
     strategy, or flash attention, is compiled as its per-chip equivalent on that many chips
     (:func:`equivalent_slice`; the ``compiled_as`` column says how). Raises SpecError before
     anything compiles for an unknown slice, strategy or model axis, a batch the data axis does
@@ -153,15 +154,15 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
                                     f"divides {MAX_TRACE_DEVICES}")
             for n in ([None] if whole else BLOCKS):  # every compile checked before any runs
                 step_plan(model, preset, where, strategy, seq_len, batch, dtype, n,
-                          _compile_options(base), libtpu_flags, axis)
+                          _compile_options(base), libtpu_flags, axis, optimizer)
             plans.append((sl, strategy, mesh, where, batch))
     fit = _fit(family, preset, base, [s.name for s, *_ in plans], strategies, batch_size,
                seq_len, dtype, recompute, attention == "flash",
-               model_axis).set_index(["slice", "strategy"])
+               model_axis, optimizer).set_index(["slice", "strategy"])
     state = fit["params_gb"] + fit["grads_gb"] + fit["optimizer_gb"]
     if (state > fit["usable_gb"]).all():
-        raise SpecError("no plan fits, nothing to predict: the weights, gradients and Adam "
-                        "state alone exceed a chip's usable HBM: " + "; ".join(
+        raise SpecError(f"no plan fits, nothing to predict: the weights, gradients and "
+                        f"{optimizer} state alone exceed a chip's usable HBM: " + "; ".join(
                             f"{s} {t}: {g:.1f} GB > {u:.1f} GB" for (s, t), g, u in
                             zip(fit.index, state, fit["usable_gb"], strict=True)))
     per_block = {(sl.name, strategy): _block_activation_bytes(
@@ -172,7 +173,7 @@ def predict(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
               "dtype": dtype, "recompute": recompute, "attention": attention or "eager",
               "layers": layers, "method": "whole" if whole else "blocks",
               "model_flops": family.flops_per_step(cfg, batch_size),
-              "libtpu_flags": " ".join(libtpu_flags)}
+              "libtpu_flags": " ".join(libtpu_flags), "optimizer": optimizer}
     rows = [_predict_plan(plan, fit, state, whole, layers, base, pool, timeout, on_progress,
                           common) for plan in plans]
     return _frame(rows, plans[0][0].chip)
@@ -193,7 +194,7 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
            "estimated_memory_gb": float(fit.loc[key, "per_device_gb"]),
            "executions": 0}
     if state[key] > fit.loc[key, "usable_gb"]:
-        return {**row, "fits": False, "reason": "weights, gradients and Adam state alone: "
+        return {**row, "fits": False, "reason": "weights, gradients and optimizer state alone: "
                 f"{state[key]:.1f} GB > {fit.loc[key, 'usable_gb']:.1f} GB usable"}
     started = time.perf_counter()
 
@@ -202,7 +203,8 @@ def _predict_plan(plan: tuple, fit: pd.DataFrame, state: pd.Series, whole: bool,
                             common["seq_len"], global_batch, common["dtype"], layers=n,
                             options=_compile_options(options),
                             libtpu_flags=tuple(common["libtpu_flags"].split()), pool=pool,
-                            timeout=timeout, on_progress=on_progress, model_axis=axis)
+                            timeout=timeout, on_progress=on_progress, model_axis=axis,
+                            optimizer=common["optimizer"])
                 for n in ([None] if whole else BLOCKS)]
 
     def by_blocks(programs: list[TPUCompile]) -> tuple[dict[str, float], list[dict]]:
@@ -384,14 +386,16 @@ def assumptions(chip: str) -> list[str]:
         f"equivalent is compiled, {MAX_TRACE_DEVICES} chips with the same model axis and "
         "the same batch per data shard (the same program on each chip); collectives over "
         "every chip or along the data axis are re-timed on the whole slice, and weight and "
-        "Adam shards split over the data axis rescaled to it (the optimizer update is still "
+        "optimizer shards split over the data axis rescaled to it (the optimizer update is still "
         "timed on the larger shard: a few ms).",
         "A batch the compiler cannot place in HBM (published runs offload activations to "
         "the host, which is not modelled): compiled at 1 and 2 sequences per data shard "
         "and the time extrapolated linearly to the batch (the collectives as scheduled for "
         "the small batch); the row says it does not fit.",
         "Memory per chip: the compiler's arguments + outputs - aliased + temporaries "
-        "(mixed precision: fp32 weights and Adam moments, bf16 compute); by blocks, the "
+        "(mixed precision: fp32 weights and optimizer state, bf16 compute; the optimizer is "
+        "each row's: AdamW's two moments per weight, or Adafactor's factored second moment, a "
+        "row and a column per matrix); by blocks, the "
         "temporaries of the larger compile plus, per further block, the activations it keeps "
         "by the convention (the compiler packs a few blocks' temporaries unlike many).",
     ]
@@ -399,7 +403,8 @@ def assumptions(chip: str) -> list[str]:
 
 def _fit(family: Any, preset: str, options: dict[str, Any], slices: Sequence[str],
          strategies: Sequence[str], batch_size: int, seq_len: int, dtype: str,
-         recompute: bool, flash: bool = False, model_axis: int | None = None) -> pd.DataFrame:
+         recompute: bool, flash: bool = False, model_axis: int | None = None,
+         optimizer: str = "adamw") -> pd.DataFrame:
     """The fit check in the one memory convention (:data:`tpu_workbench.sharding.CONVENTION`),
     for the model as configured for the plan (`options`: its sequence length, dtype)."""
     n_params = models.count_params(family.name, preset, options)
@@ -407,19 +412,21 @@ def _fit(family: Any, preset: str, options: dict[str, Any], slices: Sequence[str
                               batch_size, seq_len, slices=list(dict.fromkeys(slices)),
                               strategies=[sharding.strategy_name(s) for s in strategies],
                               dtype=dtype, recompute=recompute, flash=flash,
-                              model_axis=model_axis).assign(params=n_params)
+                              model_axis=model_axis, optimizer=optimizer).assign(params=n_params)
 
 
 def fit_check(model: str, preset: str, slices: Sequence[str] = ("v6e-16",),
               strategies: Sequence[str] = ("fsdp",), seq_len: int = 2048, batch_size: int = 32,
               dtype: str | None = None, recompute: bool = False,
-              options: dict[str, Any] | None = None) -> pd.DataFrame:
+              options: dict[str, Any] | None = None, optimizer: str = "adamw",
+              attention: str | None = None) -> pd.DataFrame:
     """The analytic fit check :func:`predict` shows beside the compiler's memory
-    (:func:`tpu_workbench.sharding.fit_table` in the plan's dtype), on its own: instant,
-    nothing compiles."""
+    (:func:`tpu_workbench.sharding.fit_table` in the plan's dtype, for its `optimizer` and
+    `attention`: ``"flash"`` keeps no S x S scores), on its own: instant, nothing compiles."""
     family = models.get_model(model)
     dtype = dtype or family.planning_dtype
     base = step_options(family, preset, seq_len, dtype, options or {})
     for name in slices:
         get_slice(name)
-    return _fit(family, preset, base, slices, strategies, batch_size, seq_len, dtype, recompute)
+    return _fit(family, preset, base, slices, strategies, batch_size, seq_len, dtype, recompute,
+                flash=attention == "flash", optimizer=optimizer)

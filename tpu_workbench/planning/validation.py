@@ -53,8 +53,9 @@ def published_runs() -> pd.DataFrame:
 def plan_of(run: pd.Series) -> dict[str, Any]:
     """The :func:`tpu_workbench.planning.predict.predict` arguments that predict `run` (a row of
     :func:`published_runs`): its slice, strategy, global batch and sequence, every block
-    rematerialised, flash attention, its libtpu flags and, for a 2-D parallelism
-    (``fsdp=64 x tensor=4``), its model axis. SpecError for a run with no plan."""
+    rematerialised, flash attention, its libtpu flags, its optimizer (``adafactor`` where its
+    flags say so, else AdamW) and, for a 2-D parallelism (``fsdp=64 x tensor=4``), its model
+    axis. SpecError for a run with no plan."""
     if not run["wb_model"]:
         raise SpecError(f"published run {run['id']} ({run['model']}) has no workbench preset")
     axis = re.search(r"(?:tensor|expert)=(\d+)", run["parallelism"])
@@ -63,7 +64,8 @@ def plan_of(run: pd.Series) -> dict[str, Any]:
                 strategies=[run["workbench_strategy"]], seq_len=int(run["seq_len"]),
                 batch_size=int(run["global_batch"]), recompute=True, attention="flash",
                 libtpu_flags=NO_COLLECTIVE_MATMUL
-                if "no collective matmul" in run["flags"] else ())
+                if "no collective matmul" in run["flags"] else (),
+                optimizer="adafactor" if "adafactor" in run["flags"] else "adamw")
 
 
 def recorded(path: Path = RECORDED) -> pd.DataFrame:

@@ -89,6 +89,10 @@ CHANGES = {
     "dtype": "the forward pass runs under bfloat16 autocast (new dtypes inside the graph)",
 }
 DEVICES = ("auto", "cpu", "tpu", "cuda")
+# The optimizers a step can update with: AdamW (two fp32 moments per weight) and Adafactor
+# (Shazeer & Stern 2018: the second moment factored into a row and a column per matrix, no first
+# moment; transformers' implementation at a fixed learning rate, torchprime's published runs').
+OPTIMIZERS = ("adamw", "adafactor")
 MAX_CPU_DEVICES = 64
 
 
@@ -180,6 +184,8 @@ class ExperimentSpec:
             trace of the steps), ``checkpoint`` (the trained weights, ``model.pt``).
         options: model-config overrides, e.g. ``{"n_layer": 2}``.
         lr: learning rate (None for the model's default).
+        optimizer: one of :data:`OPTIMIZERS` (``adamw``, or ``adafactor``: factored second
+            moment, a few bytes per matrix row and column instead of 8 per weight).
         change, change_at: from step `change_at` on, make one change that forces XLA to
             compile again (one of :data:`CHANGES`), to see the recompilation and its cause.
         persistent_cache: keep compiled executables on disk between worker processes
@@ -204,6 +210,7 @@ class ExperimentSpec:
     capture: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     lr: float | None = None
+    optimizer: str = "adamw"
     change: str | None = None
     change_at: int = 5
     explain_compiles: bool | None = None
@@ -273,6 +280,9 @@ class ExperimentSpec:
             _positive_int("steps", self.steps)
         if self.batch_size is not None:
             _positive_int("batch_size", self.batch_size)
+        if self.optimizer not in OPTIMIZERS:
+            raise SpecError(f"unknown optimizer {self.optimizer!r}; valid: "
+                            f"{', '.join(OPTIMIZERS)}")
         if self.device not in DEVICES:
             raise SpecError(f"unknown device {self.device!r}; valid: {', '.join(DEVICES)}")
         if self.num_devices is not None:
@@ -322,7 +332,8 @@ class ExperimentSpec:
 
 
 SEED_RANGE = (-(2**63), 2**64 - 2)  # torch.manual_seed's; the evaluation batch uses seed + 1
-_TEXT_FIELDS = {"model": "mingpt", "preset": "tiny", "mode": "compile", "device": "auto"}
+_TEXT_FIELDS = {"model": "mingpt", "preset": "tiny", "mode": "compile", "device": "auto",
+                "optimizer": "adamw"}
 
 
 def _is_int(value: Any) -> bool:

@@ -100,6 +100,7 @@ from .embedding import (
     validate_embedding,
 )
 from .fit import (
+    ADAFACTOR_STATE_BYTES,
     CONVENTION,
     EMBEDDING_CONVENTION,
     STATE_BYTES,
@@ -178,6 +179,7 @@ from .summary import (
 )
 
 __all__ = [
+    "ADAFACTOR_STATE_BYTES",
     "CONVENTION",
     "EMBEDDING_CONVENTION",
     "EMBEDDING_STRATEGIES",

@@ -2,9 +2,10 @@
 (:data:`CONVENTION`): every fit table, ``predict``'s fit check and the notebooks ask it.
 
 Per chip: the training state (weights, gradients, Adam's state: :data:`STATE_BYTES` per
-parameter, split as the strategy splits parameters), the activations the blocks keep for the
-backward pass (:func:`activation_bytes`, from the block's own shape: grouped-query attention,
-gated MLPs) and the loss's logits (:func:`logits_bytes`: 128k-256k vocabularies take GBs).
+parameter, or Adafactor's, :data:`ADAFACTOR_STATE_BYTES`; split as the strategy splits
+parameters), the activations the blocks keep for the backward pass (:func:`activation_bytes`,
+from the block's own shape: grouped-query attention, gated MLPs) and the loss's logits
+(:func:`logits_bytes`: 128k-256k vocabularies take GBs).
 An estimate, instant and analytic: what a compiler allocates differs (temporaries, fusion).
 """
 
@@ -39,6 +40,11 @@ STATE_BYTES: dict[str, tuple[int, int, int]] = {
     # and gradients, and fp32 master weights with Adam's two fp32 moments, 2 + 2 + 12.
     "bfloat16": (2, 2, 12),
 }
+# Adafactor's state per parameter (Shazeer & Stern 2018): its second moment factored into one
+# value per matrix row and one per column, a few parts in a thousand of a weight's bytes (counted
+# as none), and no first moment; mixed precision keeps the fp32 master weights (4 bytes).
+ADAFACTOR_STATE_BYTES = {"float32": 0, "bfloat16": 4}
+OPTIMIZERS = ("adamw", "adafactor")
 # Buffers of logits the loss holds at its peak: the logits and their gradient, in the
 # activation dtype. libtpu's buffer assignment for a one-layer Llama-3-8B step on a v6e-8 held
 # exactly two bf16 [32, 2048, 128256 / 8] buffers (shared/notes/tpu_compiler_offline.md).
@@ -47,11 +53,12 @@ USABLE_FRACTION = 0.9  # of HBM: the compiler needs room for its own temporaries
 DEFAULT_SLICES = ("v6e-8", "v6e-16", "v6e-32")
 CONVENTION = (
     "Estimated, not compiled: 16 bytes per parameter (fp32: 4 weights + 4 gradients + 8 Adam; "
-    "bf16 mixed precision as ZeRO counts it: 2 + 2 + 12 for fp32 master weights and moments), "
-    "split as the strategy splits parameters (dp: none, fsdp: every chip, tp and dp_tp: the "
-    "model axis); activations from each block's shape (grouped-query attention, gated MLPs; "
-    "the S x S attention scores unless flash attention); the loss's logits and their "
-    "gradient; "
+    "bf16 mixed precision as ZeRO counts it: 2 + 2 + 12 for fp32 master weights and moments; "
+    "Adafactor: no first moment, the second a row and a column per matrix, counted as none: "
+    "8 either way), split as the strategy splits parameters (dp: none, fsdp: every chip, tp and "
+    "dp_tp: the model axis); activations from each block's shape (grouped-query attention, "
+    "gated MLPs; the S x S attention scores unless flash attention); the loss's logits and "
+    "their gradient; "
     f"fits within {USABLE_FRACTION:.0%} of HBM.")
 
 
@@ -118,9 +125,10 @@ def parameter_shards(strategy: str, mesh_shape: Sequence[int]) -> int:
 
 def fits(n_params: int, strategy: str, mesh_shape: Sequence[int] | str, chip: str = "v6e",
          dtype: str = "float32", activation_bytes: float = 0.0,
-         logits_bytes: float = 0.0) -> dict[str, Any]:
+         logits_bytes: float = 0.0, optimizer: str = "adamw") -> dict[str, Any]:
     """Would an `n_params` model's training state, with the given per-chip activations and
-    logits, fit each chip's HBM under `strategy` on `mesh_shape` (:data:`CONVENTION`)?
+    logits, fit each chip's HBM under `strategy` on `mesh_shape` (:data:`CONVENTION`;
+    `optimizer` ``adafactor``: :data:`ADAFACTOR_STATE_BYTES` in place of Adam's)?
 
     Returns ``fits`` (bool), ``per_device_bytes``, ``params_bytes``, ``grads_bytes``,
     ``optimizer_bytes``, ``activation_bytes``, ``logits_bytes``, ``hbm_bytes``,
@@ -133,22 +141,27 @@ def fits(n_params: int, strategy: str, mesh_shape: Sequence[int] | str, chip: st
     shards = parameter_shards(strategy, mesh_shape)
     _dtype_bytes(dtype)
     c = get_chip(chip)
-    weights, grads, optimizer = (n_params * b / shards for b in STATE_BYTES[dtype])
-    total = weights + grads + optimizer + activation_bytes + logits_bytes
+    if optimizer not in OPTIMIZERS:
+        raise SpecError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+    per_param = STATE_BYTES[dtype]
+    if optimizer == "adafactor":
+        per_param = (*per_param[:2], ADAFACTOR_STATE_BYTES[dtype])
+    weights, grads, moments = (n_params * b / shards for b in per_param)
+    total = weights + grads + moments + activation_bytes + logits_bytes
     hbm = c.hbm_gb * 1e9
     usable = USABLE_FRACTION * hbm
     ok = total <= usable
     gb = 1e9
     reason = (f"{strategy} on {mesh_text(mesh_shape)} {c.name} splits the {dtype} training state "
               f"{shards} way(s): {total / gb:.2f} GB per chip (weights {weights / gb:.2f} + "
-              f"grads {grads / gb:.2f} + optimizer {optimizer / gb:.2f} + activations "
+              f"grads {grads / gb:.2f} + {optimizer} {moments / gb:.2f} + activations "
               f"{activation_bytes / gb:.2f} + logits {logits_bytes / gb:.2f}) "
               f"{'fits in' if ok else 'exceeds'} {usable / gb:.1f} GB usable "
               f"({USABLE_FRACTION:.0%} of {c.hbm_gb:g} GB HBM)")
     if not ok and strategy == "dp":
         reason += f"; fsdp would split the state {math.prod(mesh_shape)} ways"
     return {"fits": ok, "per_device_bytes": total, "params_bytes": weights,
-            "grads_bytes": grads, "optimizer_bytes": optimizer,
+            "grads_bytes": grads, "optimizer_bytes": moments,
             "activation_bytes": float(activation_bytes), "logits_bytes": float(logits_bytes),
             "hbm_bytes": hbm, "usable_bytes": usable, "shards": shards,
             "devices": math.prod(mesh_shape), "strategy": strategy, "mesh": list(mesh_shape),
@@ -159,14 +172,16 @@ def fit_table(shape: TransformerShape, n_params: int, batch_size: int, seq_len: 
               slices: Sequence[str] = DEFAULT_SLICES,
               strategies: Sequence[str] = ("dp", "fsdp", "tp", "dp_tp"),
               dtype: str = "bfloat16", recompute: bool = False,
-              flash: bool = False, model_axis: int | None = None) -> pd.DataFrame:
+              flash: bool = False, model_axis: int | None = None,
+              optimizer: str = "adamw") -> pd.DataFrame:
     """Does a transformer of `shape` with `n_params` parameters train on each slice with each
     strategy, at global `batch_size` and `seq_len`? One row per (slice, strategy): ``mesh``,
     per-chip GB of ``params``, ``grads``, ``optimizer``, ``activation`` and ``logits``, the
     total (``per_device_gb``), ``usable_gb``, ``fits`` and why. tp and dp_tp need the model
     axis to divide the heads and KV heads (whole heads per chip): where it does not, or where
     the batch does not split over the data axis, the row says so (``fits`` False).
-    `model_axis`: the 2-D strategies' model axis (:func:`slice_mesh`)."""
+    `model_axis`: the 2-D strategies' model axis (:func:`slice_mesh`). `optimizer`: ``adamw``
+    or ``adafactor`` (:func:`fits`)."""
     import pandas as pd
 
     rows = []
@@ -188,7 +203,7 @@ def fit_table(shape: TransformerShape, n_params: int, batch_size: int, seq_len: 
             local = batch_size // ways
             f = fits(n_params, strategy, mesh, sl.chip, dtype,
                      activation_bytes(shape, local, seq_len, t, dtype, recompute, flash),
-                     logits_bytes(shape, local, seq_len, t, dtype))
+                     logits_bytes(shape, local, seq_len, t, dtype), optimizer)
             rows.append({**row, "fits": f["fits"],
                          **{k.replace("_bytes", "_gb"): f[k] / 1e9 for k in (
                              "per_device_bytes", "params_bytes", "grads_bytes",

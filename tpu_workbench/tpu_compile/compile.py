@@ -284,10 +284,11 @@ class StepPlan:
 def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fsdp",
               seq_len: int = 2048, batch_size: int = 8, dtype: str | None = None,
               layers: int | None = None, options: dict[str, Any] | None = None,
-              libtpu_flags: Sequence[str] = (), model_axis: int | None = None) -> StepPlan:
+              libtpu_flags: Sequence[str] = (), model_axis: int | None = None,
+              optimizer: str = "adamw") -> StepPlan:
     """Everything :func:`tpu_compile` checks before it traces anything: SpecError naming the
-    value for a bad slice, strategy, batch, option, flag, model axis or a model that is no
-    transformer."""
+    value for a bad slice, strategy, batch, option, flag, model axis, optimizer or a model
+    that is no transformer."""
     family = models.get_model(model)
     sl = get_slice(slice)
     checked_flags(libtpu_flags)
@@ -332,7 +333,7 @@ def step_plan(model: str, preset: str, slice: str = "v6e-8", strategy: str = "fs
         trace_mesh, retarget_from = (MAX_TRACE_DEVICES,), MAX_TRACE_DEVICES
     spec = ExperimentSpec(model=model, preset=preset, mode="lazy", mesh=trace_mesh,
                           device="cpu", strategy=strategy, batch_size=batch_size, steps=1,
-                          options=opts)
+                          options=opts, optimizer=optimizer)
     spec.validate()  # e.g. heads the model axis does not divide
     return StepPlan(spec, sl.name, mesh, dtype, retarget_from)
 
@@ -364,9 +365,10 @@ def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "
                 layers: int | None = None, options: dict[str, Any] | None = None,
                 libtpu_flags: Sequence[str] = (), pool: WorkerPool | None = None,
                 timeout: float = 1800.0, on_progress: Callable[[str], None] | None = None,
-                model_axis: int | None = None) -> TPUCompile:
-    """Compile one training step (forward, backward, AdamW) of `model`/`preset` at global
-    `batch_size` x `seq_len` tokens for `slice` with `strategy`, on libtpu, with no chip.
+                model_axis: int | None = None, optimizer: str = "adamw") -> TPUCompile:
+    """Compile one training step (forward, backward, the `optimizer`'s update: ``adamw`` or
+    ``adafactor``) of `model`/`preset` at global `batch_size` x `seq_len` tokens for `slice`
+    with `strategy`, on libtpu, with no chip.
 
     `dtype`: ``bfloat16`` (hf:* default; mixed precision: fp32 weights and Adam state, bf16
     compute) or ``float32``. `layers`: compile this many blocks instead of the model's own
@@ -377,7 +379,7 @@ def tpu_compile(model: str, preset: str, slice: str = "v6e-8", strategy: str = "
     HBM than a chip has; SpecError naming the spec and slice for any other compile error.
     """
     plan = step_plan(model, preset, slice, strategy, seq_len, batch_size, dtype, layers,
-                     options, libtpu_flags, model_axis)
+                     options, libtpu_flags, model_axis, optimizer)
     spec = plan.spec
     version = libtpu_version()  # before the trace: a missing compiler fails fast
     say = on_progress or (lambda _m: None)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import re
 import resource
+import sys
 import traceback
 import weakref
 from collections.abc import Callable
@@ -67,24 +68,70 @@ def make_step(family: Any, model: torch.nn.Module, opt: torch.optim.Optimizer,
     return train_step
 
 
-def init_optimizer_state(opt: torch.optim.Optimizer) -> None:
-    """Create Adam's state up front, as its first step would, so step 0 and step 1 trace the same
-    graph (otherwise the state appearing at step 1 is a second XLA compilation)."""
+def optimizer_state(optimizer: str, p: torch.Tensor,
+                    zeros: Callable[[tuple[int, ...], tuple[int, ...]], torch.Tensor]
+                    ) -> dict[str, Any]:
+    """The state `optimizer` keeps for weight `p`, as its first step would make it;
+    ``zeros(shape, dims)`` makes each tensor, `dims` the dims of `p` it keeps (a factored
+    moment drops one). AdamW: two moments of `p`'s shape. Adafactor (transformers'): for a
+    matrix one value per row and one per column, else one per weight; no first moment."""
+    shape = tuple(p.shape)
+    every = tuple(range(len(shape)))
+    if optimizer == "adamw":
+        return {"step": torch.tensor(0.0), "exp_avg": zeros(shape, every),
+                "exp_avg_sq": zeros(shape, every)}
+    if len(shape) >= 2:
+        rows, cols = every[:-1], every[:-2] + every[-1:]
+        return {"step": 0, "RMS": 0,
+                "exp_avg_sq_row": zeros(tuple(shape[d] for d in rows), rows),
+                "exp_avg_sq_col": zeros(tuple(shape[d] for d in cols), cols)}
+    return {"step": 0, "RMS": 0, "exp_avg_sq": zeros(shape, every)}
+
+
+def init_optimizer_state(opt: torch.optim.Optimizer, optimizer: str = "adamw") -> None:
+    """Create the optimizer's state up front, as its first step would, so step 0 and step 1
+    trace the same graph (otherwise the state appearing at step 1 is a second XLA
+    compilation)."""
     for group in opt.param_groups:
         for p in group["params"]:
             if p.requires_grad and not opt.state[p]:
-                opt.state[p] = {
-                    "step": torch.tensor(0.0),
-                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-                }
+                opt.state[p] = optimizer_state(
+                    optimizer, p, lambda shape, _dims, p=p: p.new_zeros(shape))
+
+
+def new_optimizer(optimizer: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    """`optimizer` (:data:`tpu_workbench.runs.spec.OPTIMIZERS`) over `params`: AdamW with one
+    simple loop per parameter (``foreach=False``: the same program on every backend), or
+    transformers' Adafactor at the fixed rate `lr` (``relative_step=False``,
+    ``scale_parameter=False``: no host read of a weight's norm in the step)."""
+    if optimizer == "adafactor":
+        return _adafactor()(params, lr=lr, relative_step=False, scale_parameter=False,
+                         warmup_init=False)
+    return torch.optim.AdamW(params, lr=lr, foreach=False)
+
+
+def _adafactor() -> type[torch.optim.Optimizer]:
+    """transformers' Adafactor, imported without pulling in torch_xla.
+
+    ``transformers.optimization`` imports the Trainer's helpers, which import torch_xla whenever
+    it is installed. In a process that has not (plain PyTorch's worker) that starts torch_xla in
+    the wrong environment, and autograd's backward then fails an internal assert. There
+    transformers is told torch_xla is unavailable, as it documents (``USE_TORCH_XLA``);
+    Adafactor itself never uses it. (The same guard as diffusers' in ``models.unet``.)
+    """
+    if "torch_xla" not in sys.modules and "transformers.optimization" not in sys.modules:
+        import transformers.utils.import_utils as import_utils
+
+        import_utils.USE_TORCH_XLA = "0"
+    from transformers.optimization import Adafactor
+
+    return Adafactor
 
 
 def make_optimizer(spec: ExperimentSpec, family: Any,
                    model: torch.nn.Module) -> torch.optim.Optimizer:
-    # foreach=False: one simple loop per parameter, the same program on every backend.
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr or family.default_lr, foreach=False)
-    init_optimizer_state(opt)
+    opt = new_optimizer(spec.optimizer, model.parameters(), spec.lr or family.default_lr)
+    init_optimizer_state(opt, spec.optimizer)
     return opt
 
 

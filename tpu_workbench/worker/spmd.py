@@ -4,7 +4,7 @@ inputs per a strategy of :mod:`tpu_workbench.sharding`, and the layouts torch_xl
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,21 +62,24 @@ def shard_model(model: nn.Module, mesh: Any, strategy: str | None) -> None:
 
 
 def shard_optimizer_state(opt: torch.optim.Optimizer, model: nn.Module, mesh: Any,
-                          strategy: str | None) -> None:
-    """Give every tensor in the optimizer state of a parameter (Adam's ``exp_avg`` and
-    ``exp_avg_sq``) its parameter's sharding, so FSDP/TP really divide the optimizer's memory.
-    Scalars (``step``) and CPU tensors are left alone."""
-    import torch
-
+                          strategy: str | None, state_of: Callable[..., dict[str, Any]]) -> None:
+    """Remake every parameter's optimizer state with ``state_of(p, zeros)``
+    (:func:`tpu_workbench.worker.backend.optimizer_state`), each tensor sharded as its parameter
+    along the dims it keeps (Adam's moments whole, Adafactor's row and column vectors less one
+    dim), so FSDP/TP really divide the optimizer's memory. The TPU trace shards them the same
+    way. Scalars (``step``) are left alone."""
     specs = param_specs(model, strategy, mesh.mesh_shape)
-    by_id = {id(p): specs[name] for name, p in model.named_parameters()}
-    for p, state in opt.state.items():
-        if id(p) not in by_id:
+    for name, p in model.named_parameters():
+        if p not in opt.state:
             continue
-        for value in state.values():
-            if (isinstance(value, torch.Tensor) and value.shape == p.shape and value.dim()
-                    and value.device.type == "xla"):
-                _mark(value, mesh, by_id[id(p)])
+
+        def zeros(shape: tuple[int, ...], dims: tuple[int, ...],
+                  p: torch.Tensor = p, partition: Partition | None = specs[name]) -> torch.Tensor:
+            t = p.new_zeros(shape)
+            _mark(t, mesh, tuple(partition[d] for d in dims) if partition else None)
+            return t
+
+        opt.state[p] = state_of(p, zeros)
 
 
 def shard_batch(batch: dict[str, torch.Tensor], mesh: Any,

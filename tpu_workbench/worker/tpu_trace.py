@@ -9,7 +9,7 @@ devices and saved as the un-partitioned HLO module proto, for libtpu's compiler
 * each gets the strategy's sharding as an annotation (``annotate_custom_sharding``; a
   placeholder has no data to reshard), which the TPU compiler's SPMD partitioner reads;
 * with ``dtype="bfloat16"`` the step is mixed precision, the workbench's memory convention
-  (:data:`tpu_workbench.sharding.CONVENTION`): fp32 weights and Adam moments, the forward and
+  (:data:`tpu_workbench.sharding.CONVENTION`): fp32 weights and optimizer moments, the forward and
   backward under ``torch.autocast`` in bf16.
 
 The proto goes to ``ctx.out_dir / "step.pb"``, and which outputs update which inputs in place
@@ -21,13 +21,14 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .. import models
 from ..runs.spec import ExperimentSpec
-from .backend import ChangeHooks, make_step
+from .backend import ChangeHooks, make_step, new_optimizer, optimizer_state
 
 PROTO_FILE = "step.pb"
 ALIASES_FILE = "aliases.json"  # [[output index, parameter number]]: updated in place
@@ -103,15 +104,23 @@ def trace(ctx: Any, spec_dict: dict[str, Any]) -> dict[str, Any]:
         model.get_submodule(owner)._buffers[key] = new
         buffer_list.append((new, buffers.get(name)))
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr or family.default_lr, foreach=False)
-    state_specs = []
-    for name, p in model.named_parameters():  # Adam's moments: inputs, sharded like their weight
+    opt = new_optimizer(spec.optimizer, model.parameters(), spec.lr or family.default_lr)
+    state_specs: list[tuple[torch.Tensor, Any]] = []
+
+    def moments_of(p: torch.Tensor, partition: Any) -> Callable[..., torch.Tensor]:
+        """A moment of weight `p`: an input, sharded as `p` is along the dims it keeps."""
+        def zeros(shape: tuple[int, ...], dims: tuple[int, ...]) -> torch.Tensor:
+            kept = tuple(partition[d] for d in dims) if partition else None
+            t = placeholder(torch.empty(shape, dtype=p.dtype, device="meta"), kept)
+            state_specs.append((t, kept))
+            return t
+        return zeros
+
+    for name, p in model.named_parameters():
         if p.requires_grad:
-            opt.state[p] = {"step": torch.tensor(0.0),
-                            "exp_avg": placeholder(p, specs[name]),
-                            "exp_avg_sq": placeholder(p, specs[name])}
-            state_specs += [(opt.state[p]["exp_avg"], specs[name]),
-                            (opt.state[p]["exp_avg_sq"], specs[name])]
+            opt.state[p] = optimizer_state(spec.optimizer, p, moments_of(p, specs[name]))
+            if spec.optimizer == "adafactor":  # a steady step: the first's decay is a constant 0
+                opt.state[p]["step"] = 1
     shapes = family.batch_shapes(cfg, spec.batch_size)
     if shapes is None:  # a transformer: token ids and targets of the step's sequences
         seq_len = 2 * int(cfg.length)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -12,7 +13,15 @@ from typing import Any
 import torch
 
 from ..environment.runtimes import Runtime
-from .backend import Backend, ChangeHooks, GraphBreaks, Step, make_optimizer, make_step
+from .backend import (
+    Backend,
+    ChangeHooks,
+    GraphBreaks,
+    Step,
+    make_optimizer,
+    make_step,
+    optimizer_state,
+)
 from .recompiles import CompileLog
 
 
@@ -230,7 +239,8 @@ class XLABackend(Backend):
             spmd.shard_model(model, self.mesh, self.strategy)
         opt = make_optimizer(spec, family, model)
         if self.mesh is not None:
-            spmd.shard_optimizer_state(opt, model, self.mesh, self.strategy)
+            spmd.shard_optimizer_state(opt, model, self.mesh, self.strategy,
+                                       functools.partial(optimizer_state, spec.optimizer))
         step = self._step(spec, family, model, opt, hooks)
         with contextlib.suppress(Exception):
             torch_xla.sync()
