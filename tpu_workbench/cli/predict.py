@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "their memory per chip from the sharding plan; wb.predict also "
                              "times their compiled step)")
     parser.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (even)")
-    parser.add_argument("--batch", type=int, default=32, help="global batch (sequences)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="global batch (default: 32 sequences; dlrm: its preset's batch)")
     parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
                         help="training dtype (default: bfloat16 for hf:*, else float32)")
     parser.add_argument("--recompute", action="store_true",
@@ -92,7 +93,9 @@ def predict(args: argparse.Namespace) -> int:
     from .. import models
 
     family = models.get_model(args.model)
-    tables = bool(family.embedding_tables(family.config(args.preset)))
+    cfg = family.config(args.preset)
+    tables = bool(family.embedding_tables(cfg))
+    batch = args.batch if args.batch is not None else (cfg.batch_size if tables else 32)
     plans = None
     if tables:  # the instant estimate first; the step compiled only where it fits
         fit = _embedding_fit(args, slices, strategies)
@@ -104,7 +107,7 @@ def predict(args: argparse.Namespace) -> int:
             return 0
     started = time.perf_counter()
     frames = [run_predict(args.model, args.preset, slices=s, strategies=t,
-                          seq_len=args.seq_len, batch_size=args.batch, dtype=args.dtype,
+                          seq_len=args.seq_len, batch_size=batch, dtype=args.dtype,
                           recompute=args.recompute, attention=args.attention,
                           whole=args.whole or None, libtpu_flags=args.libtpu_flags.split(),
                           model_axis=args.model_axis, optimizer=args.optimizer,
@@ -121,7 +124,7 @@ def predict(args: argparse.Namespace) -> int:
     if frame["predicted_step_ms"].notna().any():
         written += save_chart(predicted_step_times(frame), args.out, "predict")
     print(f"PREDICTED (not measured) for {args.model} {args.preset}, global batch "
-          f"{args.batch}" + ("" if tables else f", seq {args.seq_len}") + ":")
+          f"{batch}" + ("" if tables else f", seq {args.seq_len}") + ":")
     shown = [c for c in SHOWN if c in frame and frame[c].notna().any()]
     print(frame[shown].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for _, row in frame[~frame["fits"]].iterrows():
