@@ -19,6 +19,7 @@ from typing import Any
 from ..environment import backends
 from ..environment.runtimes import Runtime
 from ..errors import SpecError
+from ..sharding.fit import OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,6 @@ CHANGES = {
     "dtype": "the forward pass runs under bfloat16 autocast (new dtypes inside the graph)",
 }
 DEVICES = ("auto", "cpu", "tpu", "cuda")
-# The optimizers a step can update with: AdamW (two fp32 moments per weight) and Adafactor
-# (Shazeer & Stern 2018: the second moment factored into a row and a column per matrix, no first
-# moment; transformers' implementation at a fixed learning rate, torchprime's published runs').
-OPTIMIZERS = ("adamw", "adafactor")
 MAX_CPU_DEVICES = 64
 
 

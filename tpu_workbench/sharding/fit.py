@@ -44,6 +44,8 @@ STATE_BYTES: dict[str, tuple[int, int, int]] = {
 # value per matrix row and one per column, a few parts in a thousand of a weight's bytes (counted
 # as none), and no first moment; mixed precision keeps the fp32 master weights (4 bytes).
 ADAFACTOR_STATE_BYTES = {"float32": 0, "bfloat16": 4}
+# The optimizers a step can update with: AdamW (two fp32 moments per weight) and Adafactor
+# (transformers' implementation at a fixed learning rate, as in torchprime's published runs).
 OPTIMIZERS = ("adamw", "adafactor")
 # Buffers of logits the loss holds at its peak: the logits and their gradient, in the
 # activation dtype. libtpu's buffer assignment for a one-layer Llama-3-8B step on a v6e-8 held
