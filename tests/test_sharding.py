@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -42,6 +43,7 @@ def runs(tmp_path_factory):
         for strategy in ("dp", "tp", "fsdp", "dp_tp"):
             capture = ("hlo",) if strategy in HLO_STRATEGIES else ()
             results[strategy] = wb.run(_spec(strategy, capture=capture), pool=pool)
+        results["fsdp_adafactor"] = wb.run(_spec("fsdp", optimizer="adafactor"), pool=pool)
         yield results
     finally:
         for worker in pool.workers().values():
@@ -140,6 +142,21 @@ def _adamw_bytes_after_one_step() -> tuple[int, int]:
                if name in ("exp_avg", "exp_avg_sq")]
     assert len(moments) == 2 * len(params)
     return sum(p.nbytes for p in params), sum(t.nbytes for t in moments)
+
+
+def test_adafactor_state_is_made_sharded_and_counted_as_none(runs):
+    """FSDP with Adafactor: its state is remade sharded (spmd.shard_optimizer_state through
+    backend.optimizer_state) and trains: the same first loss as AdamW's run, then its own; the
+    same parameter shards, and no moments per parameter in memory_per_device."""
+    fact, adam = runs["fsdp_adafactor"], runs["fsdp"]
+    losses = fact.steps["loss"].to_numpy()
+    assert len(losses) == 3 and np.isfinite(losses).all()
+    assert losses[0] == pytest.approx(adam.steps["loss"].iloc[0], rel=1e-5)
+    assert abs(losses[-1] - adam.steps["loss"].iloc[-1]) > 1e-4
+    mem, adam_mem = sh.memory_per_device(fact), sh.memory_per_device(adam)
+    assert (mem["params_bytes"] == adam_mem["params_bytes"]).all()
+    assert (mem["optimizer_bytes"] == 0).all()
+    assert (adam_mem["optimizer_bytes"] == 2 * adam_mem["params_bytes"]).all()
 
 
 def test_fsdp_divides_parameter_memory(runs):

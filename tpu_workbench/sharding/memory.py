@@ -16,18 +16,20 @@ MEMORY_COLUMNS = ["device", "device_name", "row", "col", "params_bytes", "grads_
 
 
 def memory_per_device(result_or_records: Any, hlo_dir: str | Path | None = None,
-                      optimizer_factor: float = 2.0) -> pd.DataFrame:
+                      optimizer_factor: float | None = None) -> pd.DataFrame:
     """Bytes each device holds, by kind, from the layout records of a run.
 
     Columns (:data:`MEMORY_COLUMNS`): ``device``, ``device_name``, ``row``, ``col``;
     ``params_bytes`` (the device's parameter buffers, padded as XLA allocates them);
     ``grads_bytes`` (gradients have their parameter's layout: equal to params);
-    ``optimizer_bytes`` (`optimizer_factor` x params: Adam's exp_avg and exp_avg_sq, sharded
-    like their parameter); ``inputs_bytes`` (one batch); ``total_bytes`` (their sum; no
-    activations); ``xla_total_bytes`` (XLA's own total for the compiled train step from its
-    memory-usage report, the same per-device program on every device: needs
-    ``capture=("hlo",)``; NaN otherwise; it counts parameters, state, activations and temporaries
-    of the step, i.e. what the train-step program touches).
+    ``optimizer_bytes`` (`optimizer_factor` x params; by default the run's optimizer's: 2 for
+    Adam's exp_avg and exp_avg_sq, sharded like their parameter, 0 for Adafactor's row and
+    column vectors, counted as none as :data:`tpu_workbench.sharding.CONVENTION` does);
+    ``inputs_bytes`` (one batch); ``total_bytes`` (their sum; no activations);
+    ``xla_total_bytes`` (XLA's own total for the compiled train step from its memory-usage
+    report, the same per-device program on every device: needs ``capture=("hlo",)``; NaN
+    otherwise; it counts parameters, state, activations and temporaries of the step, i.e. what
+    the train-step program touches).
     """
     import pandas as pd
 
@@ -44,6 +46,9 @@ def memory_per_device(result_or_records: Any, hlo_dir: str | Path | None = None,
     frame = per[keys].copy()
     frame["params_bytes"] = per["param"].astype("int64")
     frame["grads_bytes"] = frame["params_bytes"]
+    if optimizer_factor is None:
+        spec = getattr(result_or_records, "spec", None)
+        optimizer_factor = 0.0 if getattr(spec, "optimizer", "adamw") == "adafactor" else 2.0
     frame["optimizer_bytes"] = (optimizer_factor * frame["params_bytes"]).round().astype("int64")
     frame["inputs_bytes"] = per["input"].astype("int64")
     frame["total_bytes"] = frame[["params_bytes", "grads_bytes", "optimizer_bytes",
