@@ -66,9 +66,30 @@ def test_exported_problems_finds_ancestor_stopped_boxes_and_sections_waiting_for
         "cell a: marimo's 'Ancestor stopped' box (a cell above it called mo.stop)"]
     import marimo as mo
 
-    waiting = mo.callout(mo.md("Press **run** above to train with these settings.")).text
-    assert docs.exported_problems(_page({"b": waiting})) == [
-        "cell b: waited for a click instead of measuring on open"]
+    from tpu_workbench import notebook
+
+    waiting = notebook.waiting_callout("Press **compile for a v6e-1** to compile it.").text
+    nested = mo.vstack([mo.md("intro"), notebook.waiting_callout("Press **sweep**.")]).text
+    exercise = mo.callout(mo.md("_Enter a number and press **check**._")).text
+    assert docs.exported_problems(_page({"b": waiting, "c": nested, "e": exercise})) == [
+        "cell b: a section waits for a click instead of showing its answer: Press compile for "
+        "a v6e-1 to compile it.",
+        "cell c: a section waits for a click instead of showing its answer: Press sweep ."]
+
+
+def test_sections_wait_with_the_marked_callout(monkeypatch):
+    """A section asked again without a click (its control changed, nothing stored) shows the
+    marked callout, which the docs build refuses."""
+    from tpu_workbench import notebook
+
+    shown = []
+    monkeypatch.setattr("marimo.output.replace", shown.append)
+    sections = notebook.Sections()
+    assert sections.reuse("s", clicked=False) is not None      # on open: measures
+    assert sections.reuse("s", clicked=False) is None          # then waits
+    assert docs.exported_problems(_page({"s": shown[0].text})) == [
+        "cell s: a section waits for a click instead of showing its answer: Press run above "
+        "to measure with these settings."]
 
 
 def _page(outputs: dict[str, str]) -> str:

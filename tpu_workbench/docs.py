@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .errors import SpecError
-from .notebook import FRESH_ENV
+from .notebook import FRESH_ENV, WAITS
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -110,9 +110,13 @@ def failed_runs(data: object) -> list[str]:
     return found
 
 
-# What a section shows instead of measuring: never right on a notebook's first run.
-_WAITS_FOR_CLICK = re.compile(r"Press <strong>run</strong> above|Settings changed: press",
-                              re.IGNORECASE)
+
+
+def _waiting_text(data: object) -> str:
+    """The words of the waiting callout in a cell's output data, as plain text."""
+    text = _decoded(json.dumps(data)).split(WAITS)[0].rsplit("data-html=", 1)[-1]
+    text = re.sub(r"<[^>]*(>|$)", " ", text).strip(" '\"")
+    return " ".join(text.split())[-300:]
 
 
 def exported_problems(page: str) -> list[str]:
@@ -130,9 +134,9 @@ def exported_problems(page: str) -> list[str]:
                 problems.append(f"cell {cell['id']}: marimo's 'Ancestor stopped' box (a cell "
                                 "above it called mo.stop)")
                 continue
-            if _WAITS_FOR_CLICK.search(_decoded(json.dumps(out.get("data", "")))):
-                problems.append(f"cell {cell['id']}: waited for a click instead of measuring "
-                                "on open")
+            if WAITS in _decoded(json.dumps(out.get("data", ""))):
+                problems.append(f"cell {cell['id']}: a section waits for a click instead of "
+                                f"showing its answer: {_waiting_text(out.get('data', ''))}")
             if out.get("type") == "error":
                 problems.append(f"cell {cell['id']}: {out.get('ename')}: {out.get('evalue')}")
             elif "Your output is too large" in json.dumps(out.get("data", "")):

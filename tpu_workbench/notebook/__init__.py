@@ -6,6 +6,7 @@ from .sections import (
     FRESH_ENV,
     RUN_FAILED,
     SMOKE_ENV,
+    WAITS,
     Sections,
     chip_samples,
     image_grid,
@@ -13,6 +14,7 @@ from .sections import (
     reuse_ok,
     run_live,
     smoke_mode,
+    waiting_callout,
     with_chip_metrics,
 )
 from .tables import (
@@ -50,6 +52,8 @@ __all__ = [
     "SMOKE_ENV",
     "FRESH_ENV",
     "RUN_FAILED",
+    "WAITS",
+    "waiting_callout",
     "smoke_mode",
     "reuse_ok",
     "Sections",

@@ -19,6 +19,11 @@ FRESH_ENV = "TPU_WORKBENCH_FRESH"
 # exported page, so a notebook that shows a failed run fails the docs build and its test.
 RUN_FAILED = "tpu-workbench run failed:"
 
+# Marks every callout of a section that waits for a click instead of showing its answer
+# (:func:`waiting_callout`); `docs.exported_problems` refuses a page that holds one. Exercises
+# waiting for an answer are not sections and do not carry it.
+WAITS = 'data-tpu-workbench="waits"'
+
 
 def smoke_mode() -> bool:
     """True for quick CI runs: ``TPU_WORKBENCH_SMOKE=1``, or ``-- --smoke`` after a notebook."""
@@ -36,6 +41,14 @@ def reuse_ok() -> bool:
     """Whether a notebook may show stored runs instead of measuring again: not in smoke runs
     (CI) nor when ``TPU_WORKBENCH_FRESH=1`` (the docs export), which always measure afresh."""
     return not smoke_mode() and os.environ.get(FRESH_ENV) != "1"
+
+
+def waiting_callout(text: str):
+    """The callout a section shows while it waits for a click (markdown `text`), marked with
+    :data:`WAITS` so that a static page still waiting fails the docs build."""
+    import marimo as mo
+
+    return mo.callout(mo.md(f"{text} <span {WAITS}></span>"), kind="info")
 
 
 class Sections:
@@ -64,7 +77,7 @@ class Sections:
             return reuse
         import marimo as mo
 
-        mo.output.replace(mo.callout(mo.md(waiting), kind="info"))
+        mo.output.replace(waiting_callout(waiting))
         return None
 
     def run_live(self, name: str, button: Any, specs: list, cold: bool = False,
