@@ -58,8 +58,8 @@ def _():
 
 @app.cell
 def _(cold, model, modes, run_modes, steps):
-    # Smoke mode (CI): the smallest model, few steps, shared warm workers.
-    _modes = ["eager", "lazy", "compile"] if SMOKE else modes.value
+    # Smoke mode (CI): the smallest model, few steps, shared warm workers; the same modes.
+    _modes = wb.comparison_modes() if SMOKE else modes.value
     _specs = [wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
                                 mode=_m, steps=3 if SMOKE else steps.value) for _m in _modes]
     comparison = (SECTIONS.run_live("modes", run_modes, _specs, cold=cold.value and not SMOKE,
@@ -118,9 +118,9 @@ def _(comparison, summary):
     for the device. `compiles_steady` counts compiles after step 0: a recompilation in steady
     state is the most common performance bug on TPUs.{_settle}
     The last column is achieved FLOP/s over **this CPU's** peak
-    ({summary["peak_source"].iloc[0]}), not a TPU's MFU. On a CPU, XLA is rarely faster than
-    PyTorch; on a TPU, `lazy` and `compile` are how a step gets near the chip's peak, because
-    the whole step is one program.
+    ({summary["peak_source"].iloc[0]}), not a TPU's MFU. {nb.xla_against_pytorch(summary)}
+    On a TPU, `lazy` and `compile` are how a step gets near the chip's peak, because the whole
+    step is one program.
     """)
     return
 

@@ -148,11 +148,13 @@ def _():
     ## A roofline of the measured kernels
 
     Each kernel at its FLOPs per byte (x) and the FLOP/s it reached in the profiled steps (y).
-    Left of the ridge a kernel is limited by memory bandwidth, right of it by compute. The
-    slanted roof is this host's main-memory bandwidth, measured with a 64 MiB copy: a small
-    kernel whose data sits in the CPU's caches moves its bytes faster than that, so it can
-    sit **above** the slanted line. Against a chip's roof, each kernel sits where its FLOPs
-    and bytes would put it at best (no chip ran it).
+    Left of the ridge a kernel is limited by memory bandwidth, right of it by compute. This
+    host's roof is measured so that no kernel can pass it: the flat part is the best fp32
+    matmul rate of its cores, timed by each core's own CPU time (other work on the machine
+    cannot stretch it), and the slanted part the rate a core reads its L1 cache, where a small
+    kernel's bytes can come from. The dashed line under it is main memory (a buffer larger than
+    every cache): a kernel above it had its data in the caches. Against a chip's roof, each
+    kernel sits where its FLOPs and bytes would put it at best (no chip ran it).
     """)
     return
 
@@ -173,6 +175,7 @@ def _(step, target):
     _host = target.value == wb.roofline_targets()[0]
     _timed = profiling.op_costs_with_times(_cost, nb.profile_ops(step.result))
     wb.charts.roofline(_timed if _host else _cost, _peak, _bw,
+                       slopes=wb.roofline_slopes(target.value),
                        title=f"roofline: {'measured' if _host else 'best possible'} FLOP/s "
                              f"per kernel, {_source}")
     return

@@ -138,10 +138,11 @@ def _(backend, summary):
     mo.stop(summary is None or summary.empty)
     _fast = summary.sort_values("steady_median_ms").iloc[0]
     _why = (
-        "XLA is no speed-up on a CPU; what it buys here is that `lazy` and `compile` build the "
-        "very program a TPU runs, compiled once (`compiles_total`) and never again in steady "
-        "state (`compiles_steady`). A steady compile is a recompilation, the most common "
-        "performance bug on TPUs: *eager vs compiled* shows what causes one."
+        f"{nb.xla_against_pytorch(summary)} Speed on a CPU is not what XLA is for here: "
+        "`lazy` and `compile` build the very program a TPU runs, compiled once "
+        "(`compiles_total`) and never again in steady state (`compiles_steady`). A steady "
+        "compile is a recompilation, the most common performance bug on TPUs: *eager vs "
+        "compiled* shows what causes one."
         if backend["torch_xla_installed"] else
         "This environment has no torch_xla and no TPU chip, so only plain PyTorch runs: eager "
         "against `torch.compile` (inductor). On a TPU the TorchTPU modes join them.")

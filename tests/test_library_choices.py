@@ -35,7 +35,10 @@ def test_roofline_roofs_name_their_source():
     assert wb.roofline_roof("v6e") == (918e12, 1638e9, "one v6e chip (published)")
     host = wb.host_peak_flops()
     peak, bandwidth, source = wb.roofline_roof("this host (measured)")
-    assert (peak, bandwidth) == (host["peak_flops"], host["bandwidth_bytes_per_s"])
+    assert (peak, bandwidth) == (host["peak_flops"], host["cache_bandwidth_bytes_per_s"])
+    assert wb.roofline_slopes("this host (measured)") == {
+        "main memory": host["bandwidth_bytes_per_s"]}
+    assert wb.roofline_slopes("v6e") == {}
     assert source.startswith("this host, measured at ")
     with pytest.raises(ValueError, match="unknown TPU chip 'v9'"):
         wb.roofline_roof("v9")

@@ -81,3 +81,23 @@ def test_fit_bars_add_up_to_the_tables_total_logits_included():
     total = table.set_index(["slice", "strategy"])["per_device_gb"]
     assert (table["logits_gb"] > 1).all()  # a 128k vocabulary: GBs the bars must not drop
     assert stacked.sort_index().to_numpy() == pytest.approx(total.sort_index().to_numpy())
+
+
+def test_the_xla_against_pytorch_sentence_follows_its_numbers():
+    """The quickstart's lesson said "XLA is no speed-up on a CPU" under a table where
+    `compile` stepped in 70 ms and `torch_eager` in 411 ms: the sentence is now computed from
+    the table, whichever way the numbers go."""
+    import pandas as pd
+
+    from tpu_workbench import notebook
+
+    def said(**ms):
+        return notebook.xla_against_pytorch(pd.DataFrame(
+            {"mode": list(ms), "steady_median_ms": list(ms.values())}))
+
+    slower = said(torch_eager=38.0, lazy=84.0, compile=96.0)
+    assert "no speed-up" in slower and "`lazy`" in slower and "2.2x slower" in slower
+    faster = said(torch_eager=411.0, lazy=90.0, compile=70.0)
+    assert "`compile` is 5.9x faster" in faster and "no speed-up" not in faster
+    assert "about as fast" in said(torch_eager=50.0, compile=53.0)
+    assert said(lazy=50.0) == "" and said(torch_eager=50.0, inductor=20.0) == ""

@@ -258,3 +258,35 @@ def test_cli_writes_tables_and_says_how_to_open(tmp_path, capsys, results):
     assert list(runner_steps["step"]) == [0, 1, 2]
     assert list((tmp_path / "o" / "profile").rglob("*.xplane.pb"))
 
+
+
+def test_no_kernel_sits_above_the_hosts_roof(profiled, tmp_path, monkeypatch):
+    """The host's roofline is a roof: every kernel the profile timed reached at most
+    min(peak, intensity x the roof's bandwidth), with the peak measured while every core is
+    busy with other work (a wall-clock peak measured so read 62 GFLOP/s under kernels that
+    ran at 181)."""
+    import subprocess
+    import sys
+
+    from tpu_workbench import charts, hlo, notebook
+    from tpu_workbench.environment import backends
+
+    result, _ = profiled
+    monkeypatch.setenv("TPU_WORKBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(backends, "_HOST_PEAK", None)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(backends.usable_cores())]
+    try:
+        peak, bandwidth, _ = wb.roofline_roof("this host (measured)")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    step = notebook.captured_step(result)
+    timed = profiling.op_costs_with_times(hlo.per_op_cost(step.after_text),
+                                          notebook.profile_ops(result))
+    points = charts.roofline_points(timed, peak, bandwidth)
+    assert len(points) >= 10 and (points["bound"] == "compute").any()
+    above = points[points["flops_per_s"] > points["roof"]]
+    assert above.empty, above[["name", "opcode", "flops", "bytes", "flops_per_s", "roof"]]
+    assert wb.roofline_slopes("this host (measured)")["main memory"] < bandwidth

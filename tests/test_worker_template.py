@@ -10,6 +10,7 @@ import time
 import pytest
 
 import tpu_workbench as wb
+from tpu_workbench.environment.runtimes import worker_thread_env
 from tpu_workbench.runs import template as worker_template
 from tpu_workbench.runs.spec import RuntimeConfig
 from tpu_workbench.runs.workers import Worker, WorkerPool
@@ -65,9 +66,15 @@ def _state(pid: int) -> str:
 
 
 def test_an_env_torch_reads_at_import_means_a_spawn(results):
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}  # torch_xla's, read later
+    # a worker's environment: this process's, the thread settings every worker gets, and
+    # torch_xla's variables (read after the fork)
+    env = {**os.environ, **worker_thread_env(), "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     assert worker_template._template().matches(env)
+    # OpenMP's threads sleep at barriers in every worker, forked or spawned (libgomp reads it
+    # when the template imports torch): spinning ones starved plain PyTorch on a busy host
+    assert worker_template._template().env["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert RuntimeConfig("torch", "cpu", 1).env()["OMP_WAIT_POLICY"] == "PASSIVE"
     # libgomp reads OMP_NUM_THREADS when torch loads it: the template's value would stick
     assert worker_template.fork_worker(sys.executable, "cpu", {**env, "OMP_NUM_THREADS": "1"}) \
         is None

@@ -73,6 +73,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "summarize": ("timing", "summarize"), "summarize_results": ("timing", "summarize_results"),
     "roofline_targets": ("timing", "roofline_targets"),
     "roofline_roof": ("timing", "roofline_roof"),
+    "roofline_slopes": ("timing", "roofline_slopes"),
     "compile_events": ("timing", "compile_events"),
     "fallbacks": ("timing", "fallbacks"),
     "startup_breakdown": ("timing", "startup_breakdown"),

@@ -98,17 +98,29 @@ def roofline_targets() -> list[str]:
 
 
 def roofline_roof(target: str) -> tuple[float, float, str]:
-    """(peak FLOP/s, memory bandwidth in bytes/s, where they come from) of a roofline target:
-    :data:`HOST_ROOF` (the host's measured fp32 matmul peak and copy bandwidth) or a chip of
-    the table (bf16 peak and HBM bandwidth, published)."""
+    """(peak FLOP/s, the roof's bandwidth in bytes/s, where they come from) of a roofline
+    target: :data:`HOST_ROOF` (the host's measured fp32 matmul peak, and the bandwidth of its
+    fastest memory: a core's L1 cache, which a small kernel's bytes can come from) or a chip
+    of the table (bf16 peak and HBM bandwidth, published). :func:`roofline_slopes` has the
+    slower memories under that roof."""
     from .environment import backends, chips
 
     if target == HOST_ROOF:
         host = backends.host_peak_flops()
-        return (host["peak_flops"], host["bandwidth_bytes_per_s"],
+        return (host["peak_flops"], host["cache_bandwidth_bytes_per_s"],
                 f"this host, measured at {host['measured_at']}")
     chip = chips.get_chip(target)
     return chip.peak_flops, chip.hbm_gbps * 1e9, f"one {chip.name} chip (published)"
+
+
+def roofline_slopes(target: str) -> dict[str, float]:
+    """The memories slower than a roofline target's roof, {label: bytes/s}: the host's main
+    memory (measured); none for a chip (its roof is HBM)."""
+    if target != HOST_ROOF:
+        return {}
+    from .environment import backends
+
+    return {"main memory": backends.host_peak_flops()["bandwidth_bytes_per_s"]}
 
 
 def honest_peak(achieved: float, runtime: dict,

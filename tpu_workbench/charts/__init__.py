@@ -5,7 +5,7 @@ runs experiments.
 """
 
 from ._common import save_chart
-from .hlo import diff_chart, kernel_mix, op_mix, roofline
+from .hlo import diff_chart, kernel_mix, op_mix, roofline, roofline_points
 from .kernels import kernel_errors, kernel_schedule, score_tiles
 from .modes import (
     cache_first_steps,
@@ -33,6 +33,7 @@ __all__ = [
     "cache_first_steps", "collective_bytes", "confusion_matrix", "compiles_per_mode", "diff_chart",
     "first_vs_steady", "kernel_errors", "kernel_mix", "kernel_schedule", "layout_grid",
     "loss_curves", "memory_bars", "op_mix", "port_steps", "recompile_timeline", "roofline",
+    "roofline_points",
     "save_chart", "score_tiles", "steady_times", "step_breakdown",
     "fit_bars", "step_time_per_strategy", "step_times", "step_times_per_run", "timeline", "top_ops",
     "sweep_times",

@@ -76,30 +76,40 @@ def flop_unit(flops: float) -> tuple[str, float]:
     return "FLOP", 1.0
 
 
-def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
-             title: str | None = None, min_flops: float = 1.0) -> alt.LayerChart:
-    """Roofline (log-log): x = arithmetic intensity (FLOP/byte), y = FLOP/s.
-
-    `cost`: :func:`tpu_workbench.hlo.per_op_cost` (columns ``name``, ``opcode``, ``flops``,
-    ``bytes``; optional ``seconds`` -- measured time per op, e.g. from a profile -- plots the
-    *achieved* FLOP/s; without it each op sits at its *attainable* FLOP/s,
-    min(peak, intensity x bandwidth), i.e. on the roof). `peak_flops` in FLOP/s, `bandwidth` in
-    bytes/s. Ops with fewer than `min_flops` FLOPs (copies, data movement) are left out.
-    """
+def roofline_points(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
+                    min_flops: float = 1.0) -> pd.DataFrame:
+    """The ops of `cost` a roofline draws, with ``intensity`` (FLOP/byte), ``flops_per_s``
+    (achieved where `cost` has measured ``seconds``, else attainable: on the roof), ``roof``
+    (min(peak, intensity x bandwidth): the most the op could reach) and ``bound``. Ops with
+    fewer than `min_flops` FLOPs (copies, data movement) or no bytes are left out."""
     require_columns(cost, ["name", "opcode", "flops", "bytes"], "roofline")
     if not (peak_flops > 0 and bandwidth > 0):
         raise ValueError(f"peak_flops and bandwidth must be positive, got {peak_flops!r} and "
                          f"{bandwidth!r}")
     df = cost[(cost["flops"] >= min_flops) & (cost["bytes"] > 0)].copy()
     df["intensity"] = df["flops"] / df["bytes"]
+    df["roof"] = [min(peak_flops, i * bandwidth) for i in df["intensity"]]
+    df["flops_per_s"] = df["flops"] / df["seconds"] if "seconds" in df.columns else df["roof"]
     ridge = peak_flops / bandwidth
-    if "seconds" in df.columns:
-        df["flops_per_s"] = df["flops"] / df["seconds"]
-        y_what = "achieved"
-    else:
-        df["flops_per_s"] = [min(peak_flops, i * bandwidth) for i in df["intensity"]]
-        y_what = "attainable"
     df["bound"] = ["compute" if i >= ridge else "memory" for i in df["intensity"]]
+    return df
+
+
+def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
+             title: str | None = None, min_flops: float = 1.0,
+             slopes: dict[str, float] | None = None) -> alt.LayerChart:
+    """Roofline (log-log): x = arithmetic intensity (FLOP/byte), y = FLOP/s.
+
+    `cost`: :func:`tpu_workbench.hlo.per_op_cost` (columns ``name``, ``opcode``, ``flops``,
+    ``bytes``; optional ``seconds`` -- measured time per op, e.g. from a profile -- plots the
+    *achieved* FLOP/s; without it each op sits at its *attainable* FLOP/s, on the roof; see
+    :func:`roofline_points`). `peak_flops` in FLOP/s; `bandwidth` in bytes/s, the roof's slope
+    (the fastest memory an op's bytes can come from). `slopes`: slower memories, {label:
+    bytes/s}, drawn as dashed lines under the roof (a host's main memory under its caches).
+    """
+    df = roofline_points(cost, peak_flops, bandwidth, min_flops)
+    y_what = "achieved" if "seconds" in cost.columns else "attainable"
+    ridge = peak_flops / bandwidth
     lo = min([ridge / 100, *df["intensity"].tolist()]) / 2
     hi = max([ridge * 100, *df["intensity"].tolist()]) * 2
     xs = [lo * (hi / lo) ** (k / 40) for k in range(41)] + [ridge]
@@ -110,12 +120,19 @@ def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
     y = alt.Y("flops_per_s:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"),
               title=f"{y_what} FLOP/s")
     line = alt.Chart(roof).mark_line(color="gray").encode(x=x, y=y)
-    # The roof's two figures written on it: the flat compute roof and the bandwidth slope.
+    # The roof's figures written on it: the flat compute roof and each bandwidth slope.
     slope_at = max(lo * 4, ridge / 30)
     marks = pd.DataFrame({
         "intensity": [ridge * 3, slope_at],
         "flops_per_s": [peak_flops, slope_at * bandwidth],
         "text": [f"peak {_rate(peak_flops)}FLOP/s", f"{_rate(bandwidth)}B/s"]})
+    layers = [line]
+    for label, bw in (slopes or {}).items():
+        under = roof.assign(flops_per_s=[min(peak_flops, x * bw) for x in roof["intensity"]])
+        layers.append(alt.Chart(under).mark_line(color="gray", strokeDash=[4, 4],
+                                                 opacity=0.7).encode(x=x, y=y))
+        at = max(lo * 4, peak_flops / bw / 30)
+        marks.loc[len(marks)] = [at, at * bw, f"{label}: {_rate(bw)}B/s"]
     roof_text = alt.Chart(marks).mark_text(align="left", dy=-8, color="gray", fontSize=11).encode(
         x=x, y=y, text="text:N")
     unit, scale = flop_unit(float(df["flops"].max()) if len(df) else 0.0)
@@ -128,11 +145,12 @@ def roofline(cost: pd.DataFrame, peak_flops: float, bandwidth: float,
     size = alt.Size("flop_amount:Q", title=f"{unit} per op", scale=alt.Scale(type="sqrt"),
                     legend=alt.Legend(format=",.3~g")) if len(df) else alt.value(60)
     colour = "kind" if "kind" in df.columns else "opcode"
-    points = alt.Chart(df).mark_circle(opacity=0.7).encode(
+    points = alt.Chart(df.drop(columns=["roof"])).mark_circle(opacity=0.7).encode(
         x=x, y=y, color=alt.Color(f"{colour}:N", title=colour), size=size, tooltip=tooltip)
     heading = title or (f"roofline: peak {peak_flops / 1e9:,.1f} GFLOP/s, "
                         f"{bandwidth / 1e9:,.1f} GB/s, ridge {ridge:,.1f} FLOP/byte")
-    return (line + roof_text + points).properties(title=heading, width=520, height=320)
+    return alt.layer(*layers, roof_text, points).properties(title=heading, width=520,
+                                                             height=320)
 
 
 def _rate(value: float) -> str:

@@ -10,6 +10,7 @@ sees) come from :func:`tpu_workbench.runs.runner.probe`.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -234,53 +235,113 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-PEAK_SIZES = (1024, 2048)  # square fp32 matmuls; the larger one is what BLAS peaks on
-PEAK_SECONDS_PER_SIZE = 0.3  # at least this long of matmuls per size (>= 0.6 s in all)
-PEAK_VERSION = 3  # bump when the method changes: older cached figures are measured again
+PEAK_SIZES = (256, 512, 1024)  # square fp32 matmuls (small ones run from the caches)
+PEAK_SECONDS_PER_SIZE = 0.15 # at least this long of matmuls per size and way of timing
+PEAK_VERSION = 4  # bump when the method changes: older cached figures are measured again
+CACHE_BYTES = 16 * 2**10  # a buffer that stays in a core's L1 cache
+MEMORY_BYTES = 64 * 2**20  # one that does not fit any cache
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup CPU quota (a
+    container limited to 2 CPUs of a 64-core host has 2)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+def _best_seconds(work, clock, seconds: float) -> float:
+    """The shortest of >= 3 timings of `work()` by `clock`, repeated for >= `seconds` of wall."""
+    work()  # warm-up: thread pool, page faults
+    times: list[float] = []
+    started = time.perf_counter()
+    while len(times) < 3 or time.perf_counter() - started < seconds:
+        t0 = clock()
+        work()
+        times.append(clock() - t0)
+    return min(times)
 
 
 def measure_host_peak(sizes: tuple[int, ...] = PEAK_SIZES,
                       seconds_per_size: float = PEAK_SECONDS_PER_SIZE) -> dict:
-    """Measure this CPU's fp32 matmul peak and memory bandwidth in plain PyTorch, now.
+    """:func:`measure_here` in a fresh process that uses the CPU's best kernels: this one may
+    have been told to use older ones (``ATEN_CPU_CAPABILITY=default``, ATen's kernels for CPUs
+    without AVX), which slows ATen's reductions 8x while XLA:CPU, compiling for this CPU, does
+    not slow at all: a roof measured so would sit under XLA's kernels."""
+    import subprocess
+    import sys
 
-    For each size n: one warm-up matmul (thread pool, page faults), then n x n matmuls repeated
-    until `seconds_per_size` have passed (at least 3); the size's figure is its best repeat. The
-    peak is the best size. Runs on PyTorch's default thread count, which the workers use too
-    (XLA:CPU's virtual devices share the same cores). Also the best copy of a 64 MiB buffer
-    (read + write), for a roofline's slope. Load on the machine lowers every figure: a peak
-    measured while other work runs is too low, which is why a run that beats it re-measures.
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    env["OMP_WAIT_POLICY"] = "PASSIVE"  # no thread spins while the other times its matmul
+    code = ("import json, sys; from tpu_workbench.environment.backends import measure_here; "
+            f"print(json.dumps(measure_here({tuple(sizes)!r}, {seconds_per_size!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"measuring the host peak failed (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[-1500:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure_here(sizes: tuple[int, ...] = PEAK_SIZES,
+                 seconds_per_size: float = PEAK_SECONDS_PER_SIZE) -> dict:
+    """Measure this CPU's fp32 matmul peak and its memory bandwidths in plain PyTorch, now, in
+    this process (:func:`measure_host_peak` calls it in a fresh one).
+
+    A peak must not depend on what else the machine is doing, and a wall clock does: a matmul
+    descheduled half the time looks half as fast (the same machine gave 184 GFLOP/s idle and
+    26-87 while other work ran). So each size is timed two ways and the higher figure kept:
+    on **one** thread by that thread's own CPU time (which other processes cannot stretch)
+    times the usable cores, and on every usable core by the wall clock. The first is the peak
+    of the cores working apart, an upper bound of what they reach together; the second can
+    only beat it on an idle machine. The peak is the best size. Bandwidths likewise: one core
+    reading a buffer that stays in its L1 cache (``cache_bandwidth_bytes_per_s``: what a small
+    kernel's bytes can move at most) and one that fits no cache (``bandwidth_bytes_per_s``,
+    main memory, or every core copying it by the wall clock where that is higher), in bytes
+    per second of the core's own time, times the cores.
     """
     import torch
 
+    cores = usable_cores()
+    threads = torch.get_num_threads()
     per_size = {}
-    for n in sizes:
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        torch.mm(a, b)
-        times: list[float] = []
-        started = time.perf_counter()
-        while len(times) < 3 or time.perf_counter() - started < seconds_per_size:
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            times.append(time.perf_counter() - t0)
-        per_size[n] = {"best_flops": 2.0 * n**3 / min(times), "repeats": len(times),
-                       "median_flops": 2.0 * n**3 / sorted(times)[len(times) // 2]}
+    try:
+        for n in sizes:
+            matmul = functools.partial(torch.mm, torch.randn(n, n), torch.randn(n, n))
+            torch.set_num_threads(1)
+            one = 2.0 * n**3 / _best_seconds(matmul, time.thread_time, seconds_per_size)
+            torch.set_num_threads(cores)
+            every = 2.0 * n**3 / _best_seconds(matmul, time.perf_counter, seconds_per_size)
+            per_size[n] = {"best_flops": max(one * cores, every), "one_core_flops": one,
+                           "all_cores_wall_flops": every}
+        torch.set_num_threads(1)
+        bandwidth = {}
+        for name, nbytes in (("cache", CACHE_BYTES), ("memory", MEMORY_BYTES)):
+            x = torch.ones(nbytes // 4)
+            reps = max(1, 2**28 // nbytes)  # 256 MiB read: the stride-0 rows re-read x
+            rows = x.expand(reps, x.numel())
+            bandwidth[name] = reps * nbytes / _best_seconds(rows.sum, time.thread_time, 0.1)
+        torch.set_num_threads(cores)
+        src = torch.ones(MEMORY_BYTES // 4)
+        dst = torch.empty_like(src)
+        copy = 2 * MEMORY_BYTES / _best_seconds(lambda: dst.copy_(src), time.perf_counter, 0.1)
+    finally:
+        torch.set_num_threads(threads)
     best_n = max(per_size, key=lambda n: per_size[n]["best_flops"])
-    src = torch.empty(16 * 2**20, dtype=torch.float32).fill_(1.0)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    copies = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        copies.append(time.perf_counter() - t0)
     return {"peak_flops": per_size[best_n]["best_flops"], "n": best_n,
-            "median_flops": per_size[best_n]["median_flops"],
             "per_size": {str(n): v for n, v in per_size.items()},
-            "bandwidth_bytes_per_s": 2 * src.numel() * src.element_size() / min(copies),
-            "dtype": "float32", "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "method": (f"best of >= {seconds_per_size:g} s of fp32 matmuls at each of "
-                       f"{', '.join(f'{n}x{n}' for n in sizes)} on "
-                       f"{torch.get_num_threads()} thread(s); peak = the best size"),
+            "bandwidth_bytes_per_s": max(bandwidth["memory"] * cores, copy),
+            "cache_bandwidth_bytes_per_s": bandwidth["cache"] * cores,
+            "dtype": "float32", "cores": cores, "torch": torch.__version__,
+            "method": (f"fp32 matmuls at {', '.join(f'{n}x{n}' for n in sizes)}: the best of "
+                       f"one core by its own CPU time x {cores} cores and all {cores} cores "
+                       "by the clock"),
             "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 

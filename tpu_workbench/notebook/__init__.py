@@ -17,6 +17,7 @@ from .sections import (
     waiting_callout,
     with_chip_metrics,
 )
+from .sentences import xla_against_pytorch
 from .tables import (
     code_block,
     config_form,
@@ -88,4 +89,5 @@ __all__ = [
     "where_am_i",
     "prediction_table",
     "slice_collectives_view",
+    "xla_against_pytorch",
 ]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..environment import backends
-from ..environment.runtimes import Runtime
+from ..environment.runtimes import Runtime, worker_thread_env
 from ..errors import SpecError
 from ..sharding.fit import OPTIMIZERS
 
@@ -114,7 +114,8 @@ class RuntimeConfig:
 
     def env(self) -> dict[str, str]:
         """Environment variables the worker must see before it imports torch_xla."""
-        env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TPU_WORKBENCH_WORKER": "1", **self.runtime.env()}
+        env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TPU_WORKBENCH_WORKER": "1",
+               **worker_thread_env(), **self.runtime.env()}
         if self.runtime.xla:
             env["PJRT_DEVICE"] = self.device.upper()
             if self.device == "cpu":

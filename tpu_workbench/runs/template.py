@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from ..environment.runtimes import worker_thread_env
+
 TEMPLATE_ENV = "TPU_WORKBENCH_TEMPLATE"  # "0": spawn every worker
 START_TIMEOUT_S = 120.0
 # Variables a child may set differently from the template: read by torch_xla, XLA or the
@@ -104,7 +106,7 @@ class _Template:
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="tpu_workbench_template_")
         self.path = os.path.join(self.folder, "s")
-        self.env = {**os.environ, **_TEMPLATE_ENV_FIXED}
+        self.env = {**os.environ, **worker_thread_env(), **_TEMPLATE_ENV_FIXED}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tpu_workbench.worker.template", self.path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -224,7 +226,7 @@ def fork_worker(python: str, device: str, env: dict[str, str]) -> ForkedProcess 
         # This process's environment changed since the template started (a test's setenv, a
         # user's os.environ edit): a template started now would match; one that differs from
         # this process's own environment in what torch reads (OMP_NUM_THREADS) would not.
-        now = {**os.environ, **_TEMPLATE_ENV_FIXED}
+        now = {**os.environ, **worker_thread_env(), **_TEMPLATE_ENV_FIXED}
         if template.env == now or not template.matches(env, against=now):
             return None
         template = _template(restart=True)
