@@ -267,25 +267,27 @@ def _(backend_is_tpu):
 @app.cell
 def _():
     backend_is_tpu = wb.describe()["tpu"]["available"]
-    run_persistent = mo.ui.run_button(label="run the two-process check")
+    run_persistent = mo.ui.run_button(label="run the two-process check again")
     run_persistent
     return backend_is_tpu, run_persistent
 
 
 @app.cell
 def _(model, run_persistent):
-    # Two fresh workers, only on a click (on XLA:CPU the answer is known: see above).
-    mo.stop(not run_persistent.value)
+    # Two fresh workers sharing one persistent cache folder: on open, then on the button.
     _spec = wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
                               mode="lazy", steps=3)
-    with mo.status.spinner(title="two fresh workers with the persistent cache"):
-        _check = wb.persistent_cache_check(_spec)
-    mo.vstack([
-        mo.callout(mo.md(_check.verdict), kind="success" if _check.readable else "warn"),
-        nb.table(_check.runs[["process", "first_step_ms", "compiles", "persistent_hits",
-                              "persistent_misses", "deserialize_failures"]],
-                 label="each process's persistent-cache counters"),
-    ])
+    if SECTIONS.reuse("persistent", run_persistent.value,
+                      waiting=f"Press **run the two-process check again** to check "
+                              f"{_spec.model}'s step.") is not None:
+        with mo.status.spinner(title="two fresh workers with the persistent cache"):
+            _check = wb.persistent_cache_check(_spec)
+        mo.output.replace(mo.vstack([
+            mo.callout(mo.md(_check.verdict), kind="success" if _check.readable else "warn"),
+            nb.table(_check.runs[["process", "first_step_ms", "compiles", "persistent_hits",
+                                  "persistent_misses", "deserialize_failures"]],
+                     label="each process's persistent-cache counters"),
+        ]))
     return
 
 

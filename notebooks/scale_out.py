@@ -63,18 +63,18 @@ def _():
 
 @app.cell
 def _(sweep_form):
-    # A sweep is several cold workers: it runs only when the form is submitted (and in smoke).
+    # The sweep in the form's defaults runs when the page opens (several cold workers), then
+    # on every submit. Smoke runs (CI) sweep fewer, smaller runs.
     _chosen = sweep_form.value or ({"model": "mlp", "engine": "local", "mode": "torch_eager",
-                                    "batch_sizes": ["8", "16"]} if SMOKE else None)
+                                    "batch_sizes": ["8", "16"]} if SMOKE else
+                                   {"model": "mingpt", "engine": "local",
+                                    "mode": "torch_eager", "batch_sizes": ["8", "16", "32"]})
     swept = None
-    if _chosen is None:
-        mo.output.replace(mo.callout(mo.md(
-            "Pick a model, an engine and the batch sizes, then press **sweep** (one cold "
-            "worker per batch size: about 10 s each for minGPT here)."), kind="info"))
-    elif not _chosen["batch_sizes"]:
+    if not _chosen["batch_sizes"]:
         mo.output.replace(mo.callout(mo.md("Pick at least one batch size."), kind="info"))
-    else:
-        _base = wb.ExperimentSpec(model="mlp" if SMOKE else _chosen["model"], preset="tiny",
+    elif SECTIONS.reuse("sweep", sweep_form.value is not None,
+                        waiting="Press **sweep** to sweep these batch sizes.") is not None:
+        _base = wb.ExperimentSpec(model=_chosen["model"], preset="tiny",
                                   mode=_chosen["mode"], steps=3 if SMOKE else 10)
         _specs = wb.grid(_base, {"batch_size": sorted(int(b) for b in _chosen["batch_sizes"])})
         _live = wb.LiveSteps(_specs,
@@ -113,8 +113,9 @@ def _():
 @app.cell
 def _():
     gang_form = mo.md("{strategy} {processes}").batch(
-        strategy=mo.ui.dropdown(list(sharding.STRATEGIES), value="fsdp", label="strategy"),
-        processes=mo.ui.dropdown(["2", "4"], value="4", label="processes"),
+        strategy=mo.ui.dropdown(list(wb.gang.GANG_STRATEGIES), value="fsdp",
+                                label="strategy"),
+        processes=mo.ui.dropdown(["2", "4"], value="2" if SMOKE else "4", label="processes"),
     ).form(submit_button_label="run", label="**Many processes** (a gang under torchrun)")
     gang_form
     return (gang_form,)
@@ -122,17 +123,16 @@ def _():
 
 @app.cell
 def _(gang_form):
+    # The form's defaults train when the page opens; then every submit trains again.
     gang_result = gang_one = None
-    if gang_form.value is None:
-        mo.output.replace(mo.callout(mo.md(
-            "Press **run** to train over several processes (about 20-40 s here)."),
-            kind="info"))
-    else:
-        _strategy = gang_form.value["strategy"]
+    _chosen = gang_form.value or {"strategy": "fsdp", "processes": "2" if SMOKE else "4"}
+    if SECTIONS.reuse("gang", gang_form.value is not None,
+                      waiting="Press **run** to train over several processes.") is not None:
+        _strategy = _chosen["strategy"]
         try:
             _spec = wb.ExperimentSpec(
                 model="mingpt", preset="tiny", mode="torch_eager", steps=4,
-                mesh=wb.gang.mesh_for(_strategy, int(gang_form.value["processes"])),
+                mesh=wb.gang.mesh_for(_strategy, int(_chosen["processes"])),
                 strategy=_strategy)
             with mo.status.spinner(title=f"{_strategy} over a gang of processes"):
                 gang_result = wb.run(_spec)
@@ -224,8 +224,12 @@ def _(slice_controls):
     slice_model = (_c["model"], _c["preset"].strip())
     slice_fit = slice_collectives = slice_launch = None
     try:
+        if _c["strategy"] not in sharding.model_strategies(*slice_model):
+            raise wb.SpecError(f"{slice_model[0]} {slice_model[1]} does not take strategy "
+                               f"{_c['strategy']!r}; it takes "
+                               f"{', '.join(sharding.model_strategies(*slice_model))}")
         slice_fit = wb.fit_check(*slice_model, slices=[_c["slice"]],
-                                 strategies=list(sharding.STRATEGIES),
+                                 strategies=sharding.model_strategies(*slice_model),
                                  seq_len=int(_c["seq_len"]), batch_size=int(_c["batch"]),
                                  recompute=HF)
         slice_collectives = wb.model_step_collectives(

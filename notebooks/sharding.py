@@ -18,15 +18,6 @@ with app.setup:
     DEFAULT_STRATEGY = "dp_tp"
 
 
-@app.function
-def strategies_for(mesh_shape: tuple[int, ...]) -> list[str]:
-    """The strategies the side-by-side section runs: all four on a 2-D mesh, dp and fsdp on a
-    1-D one (tp needs a model axis); dp and fsdp in smoke runs."""
-    if len(mesh_shape) == 2 and not SMOKE:
-        return list(sharding.STRATEGIES)
-    return ["dp", "fsdp"]
-
-
 @app.cell(hide_code=True)
 def _():
     mo.md(r"""
@@ -72,25 +63,33 @@ def _():
 def _(setup):
     # Both sections read the model and mesh from here; only the next one reads the strategy.
     chosen = setup.value or DEFAULT_SETUP
-    model_name = "mlp" if SMOKE else chosen["model"]
+    model_name = chosen["model"]
     mesh_name = chosen["mesh"]
     mesh_shape = tuple(sharding.MESHES[mesh_name])
-    return mesh_name, mesh_shape, model_name
+    # What this model takes on this mesh: the side-by-side section runs every one of them.
+    model_strategies = sharding.model_strategies(model_name, "tiny", mesh_shape)
+    return mesh_name, mesh_shape, model_name, model_strategies
 
 
 @app.cell
-def _(mesh_name, mesh_shape, model_name, pick, remeasure, setup):
+def _(mesh_name, mesh_shape, model_name, model_strategies, pick, remeasure, setup):
     _asked = pick.value or DEFAULT_STRATEGY
-    _strategy = _asked
-    if len(mesh_shape) == 1 and _asked in ("tp", "dp_tp"):
-        _strategy = "dp"  # tensor parallelism needs a 2-D (data, model) mesh
+    _strategy = _asked if _asked in model_strategies else "dp"
+    _why_not = ""
+    if _strategy != _asked:  # the spec's own check says why, in its words
+        try:
+            wb.ExperimentSpec(model=model_name, preset="tiny", mode="compile", steps=3,
+                              mesh=mesh_shape, strategy=_asked).validate()
+        except wb.SpecError as _exc:
+            _why_not = str(_exc)
     spec = wb.ExperimentSpec(model=model_name, preset="tiny", mode="compile", steps=3,
                              mesh=mesh_shape, strategy=_strategy, capture=("hlo",))
     with mo.status.spinner(title=f"{_strategy} on a {mesh_name} mesh: compiling and training"):
         result = wb.run(spec, reuse=nb.reuse_ok() and setup.value is None
                         and pick.value is None and not remeasure.value)
     layout = sharding.layout_frame(result)
-    _note = (f" ({_asked} needs a 2-D mesh, so this is dp.)" if _strategy != _asked else "")
+    _note = (f" **{_asked} does not apply here, so this is dp:** {_why_not}"
+             if _strategy != _asked else "")
     mo.md(f"""
     ## {sharding.STRATEGIES[_strategy]} on {mesh_name}
 
@@ -242,11 +241,11 @@ def _():
 
 
 @app.cell
-def _(again, mesh_shape, model_name, setup):
+def _(again, mesh_shape, model_name, model_strategies, setup):
     _reuse = nb.reuse_ok() and setup.value is None and not again.value
-    _strategies = strategies_for(mesh_shape)
     strategy_runs = []
-    for _s in mo.status.progress_bar(_strategies, title="every strategy", remove_on_exit=True):
+    for _s in mo.status.progress_bar(model_strategies, title="every strategy",
+                                     remove_on_exit=True):
         _spec = wb.ExperimentSpec(model=model_name, preset="tiny", mode="compile",
                                   steps=3 if SMOKE else 6, mesh=mesh_shape, strategy=_s,
                                   capture=("hlo",))

@@ -434,8 +434,8 @@ def _():
 def _():
     compiler_slice = mo.ui.dropdown(["v6e-8", "v6e-16", "v6e-32"], value="v6e-8",
                                     label="slice")
-    ask_compiler = mo.ui.run_button(label="compile with libtpu (fsdp; about 2 minutes for an "
-                                          "8B model on 2 cores, cached afterwards)")
+    ask_compiler = mo.ui.run_button(label="compile with libtpu again (fsdp; about 2 minutes "
+                                          "for an 8B model on 2 cores, cached afterwards)")
     mo.hstack([compiler_slice, ask_compiler], justify="start", gap=2)
     return ask_compiler, compiler_slice
 
@@ -450,33 +450,39 @@ def _(
     recompute,
     seq_len,
 ):
-    mo.stop(not ask_compiler.value,
-            mo.md("_Press **compile with libtpu**: nothing is compiled before that._"))
-    try:
-        with mo.status.spinner(title="libtpu compiles the step") as _spin:
-            compiled_plan = wb.predict(model_ref, plan_preset.value,
-                                       slices=[compiler_slice.value], strategies=["fsdp"],
-                                       seq_len=int(seq_len.value),
-                                       batch_size=int(global_batch.value),
-                                       recompute=recompute.value,
-                                       on_progress=lambda _m: _spin.update(subtitle=_m))
-        _error = None
-    except wb.WorkbenchError as exc:
-        compiled_plan, _error = None, exc
-    mo.stop(_error is not None, nb.failed_run_callout("compile for the TPU", _error))
-    _r = compiled_plan.iloc[0]
-    _memory = (f"**{_r['compiler_memory_gb']:.1f} GB per chip** by the compiler; the formula "
-               f"said {_r['estimated_memory_gb']:.1f} GB ({_r['estimate_error']:+.0%})"
-               if _r["compiler_memory_gb"] == _r["compiler_memory_gb"] else "")
-    mo.callout(mo.md(
-        f"{_r['slice']} fsdp: {'fits' if _r['fits'] else 'does not fit'}. {_memory}. "
-        + (f"Predicted step on a v6e: {_r['predicted_step_ms']:,.0f} ms, MFU "
-           f"{_r['predicted_mfu']:.0%}, {_r['bottleneck']}-bound (an estimate: the "
-           f"workbench's roofline of the program libtpu {_r['libtpu']} compiled for the "
-           "slice; nothing ran)." if _r["predicted_step_ms"] == _r["predicted_step_ms"]
-           else "")
-        + (f" Why not: {_r['reason']}" if not _r["fits"] else "")),
-        kind="success" if _r["fits"] else "warn")
+    # Compiled when the page opens (and read from libtpu's cache when it opens again), then on
+    # the button. Smoke runs (CI) compile the same path for the tiny preset at a short length.
+    _preset, _seq, _batch = (("tiny", 64, 8) if SMOKE else
+                             (plan_preset.value, int(seq_len.value), int(global_batch.value)))
+    compiled_plan, _error = None, None
+    if SECTIONS.reuse("libtpu", ask_compiler.value,
+                      waiting="Press **compile with libtpu again** to compile these settings "
+                              "for the TPU.") is not None:
+        try:
+            with mo.status.spinner(title="libtpu compiles the step") as _spin:
+                compiled_plan = wb.predict(model_ref, _preset, slices=[compiler_slice.value],
+                                           strategies=["fsdp"], seq_len=_seq,
+                                           batch_size=_batch, recompute=recompute.value,
+                                           on_progress=lambda _m: _spin.update(subtitle=_m))
+        except wb.WorkbenchError as exc:
+            _error = exc
+    if _error is not None:
+        mo.output.replace(nb.failed_run_callout("compile for the TPU", _error))
+    if compiled_plan is not None:
+        _r = compiled_plan.iloc[0]
+        _memory = (f"**{_r['compiler_memory_gb']:.3g} GB per chip** by the compiler; the "
+                   f"formula said {_r['estimated_memory_gb']:.3g} GB "
+                   f"({_r['estimate_error']:+.0%})"
+                   if _r["compiler_memory_gb"] == _r["compiler_memory_gb"] else "")
+        mo.output.replace(mo.callout(mo.md(
+            f"{_r['slice']} fsdp: {'fits' if _r['fits'] else 'does not fit'}. {_memory}. "
+            + (f"Predicted step on a v6e: {_r['predicted_step_ms']:,.3g} ms, MFU "
+               f"{_r['predicted_mfu']:.0%}, {_r['bottleneck']}-bound (an estimate: the "
+               f"workbench's roofline of the program libtpu {_r['libtpu']} compiled for the "
+               "slice; nothing ran)." if _r["predicted_step_ms"] == _r["predicted_step_ms"]
+               else "")
+            + (f" Why not: {_r['reason']}" if not _r["fits"] else "")),
+            kind="success" if _r["fits"] else "warn"))
     return
 
 

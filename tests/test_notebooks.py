@@ -44,6 +44,44 @@ def test_notebook_runs_and_exports_without_errors(site, nb):
     assert "./_marimo/" in page and docs.cdn_prefix() not in page  # served from the site
 
 
+def _site_page(site, stem: str) -> str:
+    out, _ = site
+    return (out / f"{stem}.html").read_text(encoding="utf-8")
+
+
+def test_sharding_page_runs_every_strategy_its_model_takes(site):
+    """The side-by-side section ran every strategy the page's model takes on its mesh, in
+    smoke mode as in full mode (which crashed on `ep`, a strategy minGPT does not take, while
+    smoke mode ran only dp and fsdp)."""
+    from tpu_workbench import sharding
+
+    (rows,) = [rows for label, rows in docs.exported_tables(_site_page(site, "sharding")).items()
+               if label.startswith("every strategy")]
+    mesh = tuple(sharding.MESHES["v6e-8"])
+    wanted = sharding.model_strategies("mingpt", "tiny", mesh)
+    assert [r["strategy"] for r in rows] == wanted
+    assert wanted == ["dp", "fsdp", "tp", "dp_tp", "fsdp_tp"]
+    # the stand-in that smoke mode runs takes exactly the same strategies
+    assert sharding.model_strategies("mlp", "tiny", mesh) == wanted
+
+
+@pytest.mark.parametrize("stem,label", [("quickstart", "per mode, on this machine"),
+                                        ("eager_vs_compiled", "per mode, measured on this "
+                                                              "machine")])
+def test_xla_against_pytorch_sentence_agrees_with_its_table(site, stem, label):
+    """The page's sentence on XLA against plain PyTorch says what its own table says."""
+    from tpu_workbench import notebook
+
+    page = _site_page(site, stem)
+    table = pd.DataFrame(docs.exported_tables(page)[label])
+    expected = notebook.xla_against_pytorch(table)
+    assert expected, table  # both plain PyTorch and XLA ran, in smoke mode too
+    claim = next(c for c in ("no speed-up", "x faster than", "about as fast") if c in expected)
+    text = docs.exported_text(page)
+    assert claim in text and expected.split("`")[1] in text, (expected, text[:3000])
+    assert "XLA is no speed-up on a CPU;" not in text  # the old fixed sentence
+
+
 def test_index_links_every_page(site):
     out, _ = site
     index = (out / "index.html").read_text()
@@ -71,10 +109,13 @@ def test_exported_problems_finds_ancestor_stopped_boxes_and_sections_waiting_for
     waiting = notebook.waiting_callout("Press **compile for a v6e-1** to compile it.").text
     nested = mo.vstack([mo.md("intro"), notebook.waiting_callout("Press **sweep**.")]).text
     exercise = mo.callout(mo.md("_Enter a number and press **check**._")).text
-    assert docs.exported_problems(_page({"b": waiting, "c": nested, "e": exercise})) == [
+    heading = mo.md("## The same step, compiled for a v6e").text
+    assert docs.exported_problems(_page({"b": waiting, "h": heading, "c": nested,
+                                         "e": exercise})) == [
         "cell b: a section waits for a click instead of showing its answer: Press compile for "
         "a v6e-1 to compile it.",
-        "cell c: a section waits for a click instead of showing its answer: Press sweep ."]
+        "cell c (section 'The same step, compiled for a v6e'): a section waits for a click "
+        "instead of showing its answer: Press sweep ."]
 
 
 def test_sections_wait_with_the_marked_callout(monkeypatch):

@@ -119,33 +119,116 @@ def _waiting_text(data: object) -> str:
     return " ".join(text.split())[-300:]
 
 
-def exported_problems(page: str) -> list[str]:
-    """Error outputs and tracebacks recorded in a page written by ``marimo export html``, and
-    every failed run a notebook showed with ``tpu_workbench.notebook.failed_run_callout``."""
+def _session_cells(page: str) -> list[dict]:
+    """The cells of the session snapshot a page written by ``marimo export html`` embeds."""
     start = page.index('"__MARIMO_MOUNT_CONFIG__"')
     start = page.index("Object.freeze(", start) + len("Object.freeze(")
     config, _ = json.JSONDecoder().raw_decode(page[start:])
+    return config["session"]["cells"]
+
+
+def exported_text(page: str) -> str:
+    """Every output of an exported page as plain text, in cell order (what a reader reads)."""
+    texts = []
+    for cell in _session_cells(page):
+        for out in cell.get("outputs", []):
+            for markup in _strings(out.get("data", "")):
+                text = _decoded(markup)
+                text = re.sub(r"<[^>]*>", " ", re.sub(r"data-[\w-]+='[^']*'", " ", text))
+                texts.append(" ".join(text.split()))
+    return "\n".join(t for t in texts if t)
+
+
+def _tables_in(markup: str, found: dict[str, list[dict]]) -> None:
+    """Add the ``<marimo-table>`` elements of HTML `markup` to `found`, {label: rows}, looking
+    inside the HTML that layout elements (stacks, callouts, tabs) carry in their attributes."""
+    from html.parser import HTMLParser
+
+    def loads(value: str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+
+    class Tables(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            values = dict(attrs)
+            if tag == "marimo-table" and values.get("data-data"):
+                rows = loads(values["data-data"])
+                rows = loads(rows) if isinstance(rows, str) else rows
+                label = loads(values.get("data-label") or '""') or ""
+                name = " ".join(re.sub(r"<[^>]*>", "", str(label)).split())
+                if isinstance(rows, list):
+                    found[name or f"table {len(found) + 1}"] = rows
+                return
+            for value in values.values():
+                inner = loads(value) if value and value[:1] in "\"[{" else None
+                for text in _strings(inner):
+                    if "<" in text:
+                        _tables_in(text, found)
+
+    Tables().feed(markup)
+
+
+def _strings(value: object) -> list[str]:
+    """Every string inside a JSON value (a layout's children: one HTML string, or a list)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    return []
+
+
+def exported_tables(page: str) -> dict[str, list[dict]]:
+    """The tables (``mo.ui.table``) of an exported page, {label: rows}: the numbers a reader
+    sees beside the page's sentences."""
+    tables: dict[str, list[dict]] = {}
+    for cell in _session_cells(page):
+        for out in cell.get("outputs", []):
+            data = out.get("data")
+            for markup in _strings(data.get("text/html") if isinstance(data, dict) else data):
+                _tables_in(markup, tables)
+    return tables
+
+
+def _heading(data: object) -> str | None:
+    """The text of the last heading (h1-h3) in a cell's output data, if it has one."""
+    found = re.findall(r"<h[1-3][^>]*>(.*?)</h[1-3]>", _decoded(json.dumps(data)), re.S)
+    return " ".join(re.sub(r"<[^>]*>", "", found[-1]).split()) if found else None
+
+
+def exported_problems(page: str) -> list[str]:
+    """Error outputs and tracebacks recorded in a page written by ``marimo export html``,
+    every failed run a notebook showed with ``tpu_workbench.notebook.failed_run_callout``, and
+    every section still waiting for a click; each names its cell and the section (the heading
+    above it) it is in."""
     problems = []
-    for cell in config["session"]["cells"]:
+    section = None
+    for cell in _session_cells(page):
+        for out in cell.get("outputs", []):
+            section = _heading(out.get("data", "")) or section
+        where = f"cell {cell['id']}" + (f" (section '{section}')" if section else "")
         for out in cell.get("outputs", []):
             if out.get("type") == "error" and out.get("ename") == "ancestor-stopped":
                 # marimo's "Ancestor stopped" box: a waiting section must say in words what it
                 # waits for (notebook.Sections), never stop the cells below it
-                problems.append(f"cell {cell['id']}: marimo's 'Ancestor stopped' box (a cell "
-                                "above it called mo.stop)")
+                problems.append(f"{where}: marimo's 'Ancestor stopped' box (a cell above it "
+                                "called mo.stop)")
                 continue
             if WAITS in _decoded(json.dumps(out.get("data", ""))):
-                problems.append(f"cell {cell['id']}: a section waits for a click instead of "
-                                f"showing its answer: {_waiting_text(out.get('data', ''))}")
+                problems.append(f"{where}: a section waits for a click instead of showing "
+                                f"its answer: {_waiting_text(out.get('data', ''))}")
             if out.get("type") == "error":
-                problems.append(f"cell {cell['id']}: {out.get('ename')}: {out.get('evalue')}")
+                problems.append(f"{where}: {out.get('ename')}: {out.get('evalue')}")
             elif "Your output is too large" in json.dumps(out.get("data", "")):
-                problems.append(f"cell {cell['id']}: output exceeded runtime.output_max_bytes")
-            problems += [f"cell {cell['id']}: run failed: {what}"
+                problems.append(f"{where}: output exceeded runtime.output_max_bytes")
+            problems += [f"{where}: run failed: {what}"
                          for what in failed_runs(out.get("data", ""))]
         for con in cell.get("console", []):
             if con.get("mimetype") == "application/vnd.marimo+traceback":
-                problems.append(f"cell {cell['id']}: traceback in its console")
+                problems.append(f"{where}: traceback in its console")
     return problems
 
 

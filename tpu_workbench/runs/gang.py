@@ -475,13 +475,17 @@ def collectives_frame(result: Any, chip: str = "v6e", mesh_shape: tuple[int, ...
     return frame.reset_index(drop=True)
 
 
+# What a DTensor gang runs (fsdp_tp and ep run on torch_xla SPMD and in TPU compiles only).
+GANG_STRATEGIES = ("dp", "fsdp", "tp", "dp_tp")
+
+
 def mesh_for(strategy: str, processes: int) -> tuple[int, ...]:
     """The mesh a gang of `processes` gets for `strategy`: 1-D for dp and fsdp, ``(1, n)``
     for tp (every process on the model axis), ``(2, n/2)`` for dp_tp."""
     strategy = sharding.strategy_name(strategy)
-    if strategy in ("fsdp_tp", "ep"):
+    if strategy not in GANG_STRATEGIES:
         raise SpecError(f"strategy {strategy!r} runs on torch_xla SPMD and in TPU compiles "
-                        "only; a DTensor gang runs dp, fsdp, tp or dp_tp")
+                        f"only; a DTensor gang runs {', '.join(GANG_STRATEGIES)}")
     if strategy == "tp":
         return (1, processes)
     if strategy == "dp_tp":

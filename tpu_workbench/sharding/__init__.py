@@ -168,6 +168,7 @@ from .mesh import (
 from .strategies import (
     ROW_PARALLEL,
     buffer_specs,
+    model_strategies,
     param_specs,
     plan,
     strategies_for,
@@ -228,6 +229,7 @@ __all__ = [
     "param_specs",
     "plan",
     "strategies_for",
+    "model_strategies",
     "validate",
     "LAYOUT_COLUMNS",
     "layout_frame",

@@ -231,12 +231,37 @@ def plan(model: str, preset: str, mesh_shape: Sequence[int], strategy: str | Non
     return pd.DataFrame(rows)
 
 
-def strategies_for(family: Any, cfg: Any) -> list[str]:
+def strategies_for(family: Any, cfg: Any, mesh_shape: Sequence[int] | None = None,
+                   batch_size: int | None = None) -> list[str]:
     """The strategies that apply to a family's config: every one, but the embedding strategies
-    only where it declares embedding tables."""
+    only where it declares embedding tables and ``ep`` only where it has experts. With
+    `mesh_shape`, only those :func:`validate` accepts on that mesh at `batch_size` (default the
+    family's): no 2-D strategy on a 1-D mesh, no tensor parallelism its widths do not divide."""
     tables = family.embedding_tables(cfg)
-    return [s for s in ALL_STRATEGIES if (tables or s not in EMBEDDING_STRATEGIES)
-            and (s != "ep" or family.expert_count(cfg))]
+    names = [s for s in ALL_STRATEGIES if (tables or s not in EMBEDDING_STRATEGIES)
+             and (s != "ep" or family.expert_count(cfg))]
+    if mesh_shape is None:
+        return names
+    batch = family.default_batch_size(cfg) if batch_size is None else batch_size
+
+    def valid(strategy: str) -> bool:
+        try:
+            validate(mesh_shape, strategy, family, cfg, batch)
+        except SpecError:
+            return False
+        return True
+
+    return [s for s in names if valid(s)]
+
+
+def model_strategies(model: str, preset: str = "tiny",
+                     mesh_shape: Sequence[int] | None = None) -> list[str]:
+    """:func:`strategies_for` of model `model` (a name of :func:`tpu_workbench.model_names`)
+    at `preset`: what a page offers and runs side by side for that model."""
+    from ..models import get_model
+
+    family = get_model(model)
+    return strategies_for(family, family.config(preset), mesh_shape)
 
 
 def _nearest_multiples(n: int, k: int) -> str:
