@@ -33,10 +33,10 @@ def _():
     compiles a new program for every token. A KV cache that grows (**dynamic_cache**, Hugging
     Face's default) keeps the input at one token but the cache grows by one position: again a
     new shape, again a compile. A cache **preallocated** at a fixed length and written at a
-    position held in a tensor (**static_cache**) makes every decode step the same program, so
-    there are two compilations per prompt length, the prefill and the decode step, however many
-    tokens you ask for. Serving stacks on TPU also pad prompts to a few lengths (**bucketed**),
-    which bounds the prefill programs too.
+    position held in a tensor (**static_cache**) makes every decode step the same program:
+    one prefill program per prompt length, and a single decode program for every token of
+    every request. Serving stacks on TPU also pad prompts to a few lengths (**bucketed**),
+    which bounds the prefill programs too: one per bucket used.
 
     Each strategy below decodes greedily with the same weights and the same prompts, timed per
     token after waiting for the device, in plain PyTorch (the baseline) and in the XLA modes,
@@ -58,7 +58,7 @@ def _():
                                    value=list(generation.STRATEGIES), label="strategies")
     _modes = wb.generation_modes()
     modes = mo.ui.multiselect(_modes, label="modes", value=[
-        _m for _m in _modes if _m in (("torch_eager",) if SMOKE else ("torch_eager", "lazy"))])
+        _m for _m in _modes if _m in ("torch_eager", "lazy")])
     run_generation = mo.ui.run_button(label="run")
     mo.vstack([mo.hstack([model, weights, batch], justify="start", gap=2),
                mo.hstack([strategies, modes, run_generation], justify="start", gap=2)])
@@ -252,8 +252,11 @@ def _(comparison):
 
 @app.cell
 def _(compiled_tokens):
-    (gen_charts.compiles_by_phase(generation.compiles_by_phase(compiled_tokens))
-     if compiled_tokens is not None and len(compiled_tokens) else None)
+    _by_phase = (generation.compiles_by_phase(compiled_tokens)
+                 if compiled_tokens is not None and len(compiled_tokens) else None)
+    (mo.vstack([gen_charts.compiles_by_phase(_by_phase),
+                mo.md(nb.compiles_by_phase_text(_by_phase))])
+     if _by_phase is not None else None)
     return
 
 

@@ -101,3 +101,35 @@ def test_the_xla_against_pytorch_sentence_follows_its_numbers():
     assert "`compile` is 5.9x faster" in faster and "no speed-up" not in faster
     assert "about as fast" in said(torch_eager=50.0, compile=53.0)
     assert said(lazy=50.0) == "" and said(torch_eager=50.0, inductor=20.0) == ""
+
+
+def test_compiles_by_phase_text_counts_each_run():
+    import pandas as pd
+
+    from tpu_workbench import notebook
+
+    by_phase = pd.DataFrame([
+        {"mode": "lazy", "strategy": "static_cache", "phase": "prefill", "compiles": 3},
+        {"mode": "lazy", "strategy": "static_cache", "phase": "decode", "compiles": 1},
+        {"mode": "lazy", "strategy": "naive", "phase": "prefill", "compiles": 1},
+        {"mode": "lazy", "strategy": "naive", "phase": "decode", "compiles": 5}])
+    text = notebook.compiles_by_phase_text(by_phase)
+    assert "- `lazy` `static_cache`: 3 prefill and 1 decode programs compiled" in text
+    assert "- `lazy` `naive`: 1 prefill and 5 decode programs compiled" in text
+
+
+def test_confusion_text_names_what_the_matrix_shows():
+    """ResNet's matrix called 88 of 119 squares "disk" with no word on the page."""
+    import pandas as pd
+
+    from tpu_workbench import notebook
+
+    rows = ([("square", "disk")] * 88 + [("square", "square")] * 31
+            + [("disk", "disk")] * 100 + [("ring", "disk")] * 40 + [("ring", "ring")] * 60)
+    text = notebook.confusion_text(pd.DataFrame(rows, columns=["true", "predicted"]))
+    assert "**88 of the 119 squares were called disk**" in text
+    assert "It answers **disk** for 228 of the 319 images (71%" in text
+    balanced = pd.DataFrame([("a", "a"), ("a", "b"), ("b", "b"), ("b", "a")],
+                            columns=["true", "predicted"])
+    assert "answers" not in notebook.confusion_text(balanced)
+    assert notebook.confusion_text(balanced.iloc[[0, 2]]) == "All 2 images were called right."

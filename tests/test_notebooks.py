@@ -209,8 +209,8 @@ def test_display_helpers():
                                            "n": [1, 2, 3], "s": ["a", "b", "c"]}))
     assert frame["ms"].iloc[0] == 889.52 and frame["ms"].iloc[1] == 0.000123
     assert frame["n"].tolist() == [1, 2, 3] and frame["ms"].isna().iloc[2]
-    assert [notebook.format_us(v) for v in (0, 0.42, 12.3, 4560, 1.2e6)] == [
-        "0 µs", "0.42 µs", "12.3 µs", "4.56 ms", "1.2 s"]
+    assert [notebook.format_us(v) for v in (0, 0.42, 12.3, 4560, 1.2e6, 119e6, 3.66e8)] == [
+        "0 µs", "0.42 µs", "12.3 µs", "4.56 ms", "1.2 s", "119 s", "6.1 min"]
     assert notebook.xla_flops_text({"xla_flops": 2.5e9}) == "counts **2.500 GFLOP**"
     failed = notebook.xla_flops_text({"xla_flops": None, "cost_error": "no jaxlib"})
     assert "failed" in failed and "no jaxlib" in failed and "0.000" not in failed

@@ -17,7 +17,7 @@ from .sections import (
     waiting_callout,
     with_chip_metrics,
 )
-from .sentences import xla_against_pytorch
+from .sentences import compiles_by_phase_text, confusion_text, xla_against_pytorch
 from .tables import (
     code_block,
     config_form,
@@ -90,4 +90,6 @@ __all__ = [
     "prediction_table",
     "slice_collectives_view",
     "xla_against_pytorch",
+    "compiles_by_phase_text",
+    "confusion_text",
 ]

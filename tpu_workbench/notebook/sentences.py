@@ -33,3 +33,44 @@ def xla_against_pytorch(summary, baseline: str = "torch_eager") -> str:
                 "the step op by op.")
     return (f"On this CPU XLA's fastest mode, `{best}`, and plain PyTorch's `{baseline}` are "
             f"about as fast ({figures}).")
+
+
+def compiles_by_phase_text(by_phase) -> str:
+    """Markdown: what each run compiled, counted from `by_phase`
+    (:func:`tpu_workbench.generation.compiles_by_phase`: ``mode``, ``strategy``, ``phase``,
+    ``compiles``), one line per mode and strategy: "`lazy` `static_cache`: 3 prefill and 1
+    decode programs"."""
+    counts = by_phase.pivot_table(index=["mode", "strategy"], columns="phase",
+                                  values="compiles", aggfunc="sum", fill_value=0)
+    lines = []
+    for (mode, strategy), row in counts.iterrows():
+        parts = [f"{int(row[phase])} {phase}" for phase in ("prefill", "decode")
+                 if phase in row.index]
+        total = int(row.sum())
+        lines.append(f"- `{mode}` `{strategy}`: {' and '.join(parts)} "
+                     f"program{'s' if total != 1 else ''} compiled")
+    return "**Counted in these runs:**\n\n" + "\n".join(lines)
+
+
+def confusion_text(held_out) -> str:
+    """Markdown: what a confusion matrix of `held_out` (columns ``true``, ``predicted``) shows,
+    counted from it: its largest mix-up, and the answer the model gives far more often than
+    its share of the images, if there is one."""
+    total = len(held_out)
+    if not total:
+        return ""
+    wrong = held_out[held_out["true"] != held_out["predicted"]]
+    if not len(wrong):
+        return f"All {total} images were called right."
+    (true, predicted), count = next(iter(
+        wrong.groupby(["true", "predicted"]).size().sort_values(ascending=False).items()))
+    seen = int((held_out["true"] == true).sum())
+    text = (f"Its largest mix-up: **{count} of the {seen} {true}s were called {predicted}**.")
+    called = held_out["predicted"].value_counts()
+    classes = held_out["true"].nunique()
+    top, times = str(called.index[0]), int(called.iloc[0])
+    if times > 1.5 * total / classes:
+        text += (f" It answers **{top}** for {times} of the {total} images ({times / total:.0%}, "
+                 f"where each of the {classes} shapes is about {1 / classes:.0%} of them): the "
+                 f"column under {top} holds the shapes it cannot tell apart yet.")
+    return text

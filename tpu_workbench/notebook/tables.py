@@ -82,9 +82,12 @@ def table(frame, **kwargs):
 
 def format_us(us: float) -> str:
     """A duration given in microseconds, in the unit its size calls for: ``0.42 µs``,
-    ``12.3 µs``, ``4.56 ms``, ``1.2 s`` (three significant digits)."""
+    ``12.3 µs``, ``4.56 ms``, ``1.2 s``, ``6.1 min`` from two minutes on (three significant
+    digits)."""
     if us != us:
         return "? µs"
+    if abs(us) >= 120e6:
+        return f"{us / 60e6:,.3g} min"
     for unit, scale in (("s", 1e6), ("ms", 1e3)):
         if abs(us) >= scale * 0.9995:  # 999.96 µs reads 1 ms, not 1e+03 µs
             return f"{us / scale:,.3g} {unit}"
