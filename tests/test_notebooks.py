@@ -255,3 +255,13 @@ def test_site_works_offline_in_a_real_browser(site):
     finally:
         server.shutdown()
     assert blocked == [], blocked[:5]
+
+
+def test_index_summaries_are_the_pages_own_words_with_math(site):
+    """The index (the site's first page) showed raw `$T \\times T$` and "read … digits from 0
+    to …": its summaries now come from the rendered pages, math drawn as MathML."""
+    out, _ = site
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "…" not in index and "$" not in index and "||(" not in index
+    assert "read 6 digits from 0 to 2" in index                      # mingpt's values
+    assert '<math xmlns="http://www.w3.org/1998/Math/MathML"' in index  # pallas' T x T

@@ -81,6 +81,26 @@ def app_summary(path: Path) -> str:
     return ""
 
 
+def page_summary(page: str) -> str | None:
+    """The first paragraph under the ``# Title`` of an exported page, as the page renders it
+    (its values filled in), with its inline math (marimo's ``<marimo-tex>``, drawn by the
+    page's own KaTeX) as MathML, which a browser draws with no script: for the index. None
+    where the page has no such paragraph."""
+    from latex2mathml.converter import convert
+
+    for cell in _session_cells(page):
+        for out in cell.get("outputs", []):
+            for markup in _strings(out.get("data", "")):
+                found = re.search(r"</h1>\s*<span class=\"paragraph\">(.*?)</span>", markup, re.S)
+                if found is None:
+                    continue
+                text = re.sub(r"<marimo-tex[^>]*>\|\|[(\[](.*?)\|\|[)\]]</marimo-tex>",
+                              lambda m: convert(html.unescape(m.group(1))), found.group(1),
+                              flags=re.S)
+                return " ".join(text.split())
+    return None
+
+
 def _decoded(text: str) -> str:
     """`text` with the layers of HTML-attribute and JSON escaping marimo wraps nested outputs
     in (a callout inside a vstack...) undone."""
@@ -324,8 +344,10 @@ def build_site(out: Path, smoke: bool = False, offline: bool = True,
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = dict(zip([nb.name for nb in nbs], pool.map(one, nbs), strict=True))
-    entries = [(site / f"{nb.stem}.html", app_title(nb), app_summary(nb)) for nb in nbs
-               if (site / f"{nb.stem}.html").exists()]
+    entries = [(site / f"{nb.stem}.html", app_title(nb),
+                page_summary((site / f"{nb.stem}.html").read_text(encoding="utf-8"))
+                or app_summary(nb))
+               for nb in nbs if (site / f"{nb.stem}.html").exists()]
     if offline:
         make_offline(site, [e[0] for e in entries])
     write_index(site, entries)
