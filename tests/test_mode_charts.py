@@ -101,3 +101,23 @@ def test_loss_curves_name_the_modes_whose_lines_coincide():
     assert title["subtitle"] == ["lazy = compile: the same loss at every step, one line"]
     apart = steps.assign(loss=steps["loss"] + steps["mode"].map({"lazy": 0.01}).fillna(0))
     assert isinstance(charts.loss_curves(apart).to_dict()["title"], str)
+
+
+def test_a_strategy_has_one_colour_in_every_chart():
+    """dlrm drew `table` in one colour in its step-time lines and another in its bars (each
+    chart's own scheme by order of appearance): both now take the one palette, which names
+    every strategy."""
+    from tpu_workbench import sharding
+    from tpu_workbench.charts._common import STRATEGY_COLORS
+
+    assert set(STRATEGY_COLORS) == {"single", *sharding.ALL_STRATEGIES}
+    assert len(set(STRATEGY_COLORS.values())) == len(STRATEGY_COLORS)
+    table = STRATEGY_COLORS["table"].lower()
+    lines = pd.DataFrame([{"run_id": f"r{i}", "step": s, "wall_ms": 10.0 + i}
+                          for i in range(4) for s in range(3)])
+    drawn = _svg(charts.step_times_per_run(lines, ["single", "table", "row", "column"]))
+    assert table in {c.lower() for c in re.findall(r'stroke="(#[0-9a-fA-F]{6})"', drawn)}
+    for order in (["table", "row", "column"], ["row", "column", "table"]):
+        bars = pd.DataFrame({"strategy": order, "steady_median_ms": [5.0, 6.0, 7.0]})
+        fills = re.findall(r'fill="(#[0-9a-fA-F]{6})"', _svg(charts.step_time_per_strategy(bars)))
+        assert table in {c.lower() for c in fills}

@@ -7,7 +7,8 @@ from typing import Any
 
 from ..records import require_columns
 
-__all__ = ["MODE_COLORS", "PICK", "mode_scale", "pick", "require_columns", "save_chart"]
+__all__ = ["MODE_COLORS", "PICK", "STRATEGY_COLORS", "mode_scale", "pick", "require_columns",
+           "save_chart", "strategy_scale"]
 
 # One colour per execution mode in every chart of every notebook (a scheme assigned by order of
 # appearance gave `lazy` another colour on each page). Plain PyTorch greys and olive, torch_xla
@@ -20,6 +21,16 @@ MODE_COLORS: dict[str, str] = {
 }
 OTHER_COLOR = "#333333"
 
+# One colour per sharding strategy on every page, the same way (dlrm's two charts once gave
+# `table` two colours). "single" is a run on one device, the baseline of a side by side.
+# tests/test_mode_charts.py keeps the keys equal to sharding.ALL_STRATEGIES.
+STRATEGY_COLORS: dict[str, str] = {
+    "single": "#7f7f7f",
+    "dp": "#4c78a8", "fsdp": "#f58518", "tp": "#54a24b", "dp_tp": "#e45756",
+    "fsdp_tp": "#72b7b2", "ep": "#b279a2",
+    "table": "#eeca3b", "row": "#9d755d", "column": "#ff9da6",
+}
+
 
 def mode_scale(modes: Any = ()) -> Any:
     """An Altair colour scale giving each mode of `modes` (the values a chart's ``mode`` column
@@ -31,6 +42,16 @@ def mode_scale(modes: Any = ()) -> Any:
     domain = [m for m in MODE_COLORS if m in present] + [m for m in present
                                                           if m not in MODE_COLORS]
     return alt.Scale(domain=domain, range=[MODE_COLORS.get(m, OTHER_COLOR) for m in domain])
+
+
+def strategy_scale(strategies: Any = ()) -> Any:
+    """An Altair colour scale giving each strategy of `strategies` its colour of
+    :data:`STRATEGY_COLORS`, in the order given; any other value dark grey."""
+    import altair as alt
+
+    present = list(dict.fromkeys(str(s) for s in strategies)) or list(STRATEGY_COLORS)
+    return alt.Scale(domain=present,
+                     range=[STRATEGY_COLORS.get(s, OTHER_COLOR) for s in present])
 
 
 def save_chart(chart: Any, out: Path, name: str) -> list[Path]:

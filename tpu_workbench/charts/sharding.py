@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from ._common import pick, require_columns
+from ._common import pick, require_columns, strategy_scale
 
 MB = 1e6
 PARTS = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
@@ -201,7 +201,8 @@ def step_time_per_strategy(summary: pd.DataFrame) -> alt.LayerChart:
     bars = alt.Chart(frame).mark_bar().encode(
         x=x, y=alt.Y("steady_median_ms:Q", title="steady step time (ms)"),
         # the x axis names each colour: no legend needed
-        color=alt.Color("strategy:N", legend=None), tooltip=tooltip)
+        color=alt.Color("strategy:N", legend=None,
+                        scale=strategy_scale(frame["strategy"])), tooltip=tooltip)
     layers = [bars]
     if {"steady_p10_ms", "steady_p90_ms"} <= set(frame.columns):
         layers.append(alt.Chart(frame).mark_rule(color="black").encode(
@@ -251,7 +252,8 @@ def step_times_per_run(steps: pd.DataFrame, names: Sequence[str]) -> alt.Chart:
     return alt.Chart(frame).mark_line(point=True).encode(
         x=alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d")),
         y=alt.Y("wall_ms:Q", title="step time (ms)", scale=alt.Scale(type="log")),
-        color=alt.Color("run:N", title="run", sort=list(names)),
+        color=alt.Color("run:N", title="run", sort=list(names),
+                        scale=strategy_scale(names)),
         tooltip=["run", "step", alt.Tooltip("wall_ms:Q", format=",.1f")],
     ).properties(title=alt.TitleParams("step time per step (step 0 includes compilation)",
                                        subtitle="measured on this CPU (XLA:CPU)"),
