@@ -195,20 +195,21 @@ def _(profile, result):
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    mo.md(rf"""
     ## Workshop exercise
 
-    Step 0 pays for compiling the step; every later step runs the compiled program. **How
-    many steady steps take as long as step 0's compile?** Work it out from the per-step
-    breakdown above. (It tells you how long a run must be before compiling stops dominating
-    it, and what one recompile in steady state costs.)
+    Your own training loop feeds batches whose sequence length changes every now and then,
+    so the step **compiles again once every {exercise.EVERY} steps**, each compile as costly
+    as step 0's above. **What share of a long run's time goes to compiling, in percent?**
+    Reason from the per-step breakdown above: what one compile costs, what a steady step
+    costs, and what a run repeats.
     """)
     return
 
 
 @app.cell
 def _():
-    guess = mo.ui.number(start=0, stop=1e7, step=1, label="steady steps").form(
+    guess = mo.ui.number(start=0, stop=100, step=0.1, label="% of the run compiling").form(
         submit_button_label="check", bordered=False)
     guess
     return (guess,)
@@ -219,7 +220,7 @@ def _(guess, profile):
     # Judged by tpu_workbench/exercises/profiling.py from the profile above, once submitted.
     mo.stop(profile is None)
     _kind, _text = (("neutral", "_Enter a number and press **check**._") if guess.value is None
-                    else exercise.judge(guess.value, exercise.compile_in_steps(profile.steps)))
+                    else exercise.judge(guess.value, exercise.compile_share(profile.steps)))
     mo.callout(mo.md(_text), kind=_kind)
     return
 

@@ -22,7 +22,7 @@ def test_hlo_explorer_matmul_flops():
     assert "positive" in hlo_explorer.judge(-3.0, flops)[1]
 
 
-def test_profiling_compile_in_steps():
+def test_profiling_compile_share():
     import pandas as pd
 
     from tpu_workbench.exercises import profiling
@@ -33,11 +33,21 @@ def test_profiling_compile_in_steps():
                           "idle_us": [0.0, 1000, 0, 1000]})
     ratio = profiling.compile_in_steps(steps)
     assert ratio == 900_000 / 10_000  # steady steps of 10,000, 10,000 and 12,000 us: median
-    assert profiling.judge(95, ratio)[0] == "success"
-    assert profiling.judge(9000, ratio)[0] == "warn"
-    assert "positive" in profiling.judge(0, ratio)[1]
+    # by hand: every 50 steps, one 900 ms compile and 50 steps of 10 ms: 900 / 1400 = 64.3%
+    share = profiling.compile_share(steps, every=50)
+    assert share == pytest.approx(900 / 1400)
+    assert profiling.judge(64, share)[0] == "success"
+    assert profiling.judge(60, share)[0] == "success"
+    kind, text = profiling.judge(180, share)
+    assert kind == "warn" and "between 0 and 100" in text
+    kind, text = profiling.judge(10, share)
+    assert kind == "warn" and "fraction" in text
+    cheap = steps.assign(compile_us=[400_000.0, 0, 0, 0])  # 40 steps' worth: 40 / 90 = 44%
+    kind, text = profiling.judge(80, profiling.compile_share(cheap))  # 40 / 50: no total
+    assert kind == "warn" and "whole" in text
+    assert profiling.judge(None, share)[0] == "warn"
     no_compile = steps.assign(compile_us=0.0).iloc[1:]
-    assert profiling.judge(3, profiling.compile_in_steps(no_compile))[0] == "neutral"
+    assert profiling.judge(3, profiling.compile_share(no_compile))[0] == "neutral"
 
 
 def test_quickstart_fsdp_share_by_hand():
