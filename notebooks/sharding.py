@@ -68,7 +68,9 @@ def _(setup):
     mesh_shape = tuple(sharding.MESHES[mesh_name])
     # What this model takes on this mesh: the side-by-side section runs every one of them.
     model_strategies = sharding.model_strategies(model_name, "tiny", mesh_shape)
-    return mesh_name, mesh_shape, model_name, model_strategies
+    # (sequences, tokens) of one batch of the model: the exercise doubles it
+    exercise_tokens = wb.batch_items(model_name, "tiny")
+    return exercise_tokens, mesh_name, mesh_shape, model_name, model_strategies
 
 
 @app.cell
@@ -295,8 +297,8 @@ def _(by_strategy, strategy_runs):
 
 
 @app.cell(hide_code=True)
-def _():
-    mo.md(r"""
+def _(exercise_tokens):
+    mo.md(rf"""
     **Beyond one host.** Training over one process per device (DTensor under `torchrun`, as
     TorchTPU runs) and launching on a v6e-16 or v6e-32: `marimo edit notebooks/scale_out.py`.
     Whether a real-size model fits a slice, and how fast libtpu's compile of its step would
@@ -304,28 +306,32 @@ def _():
 
     ## Workshop exercise
 
-    Under **dp**, minGPT tiny on a v6e-8 mesh all-reduces its gradients over the data axis
-    and, as the collectives table above shows, all-gathers activations at its LayerNorms. **If
-    you doubled the batch (64 sequences instead of 32), which of these would move more bytes
-    per step?** Reason from what each collective carries, then check.
+    The side-by-side table gives what **dp** moves per device in one step of this model, at
+    its batch of {exercise_tokens[0]} sequences. **If the batch were twice as large, how many
+    MB per device would dp's collectives move per step?** Pick dp above to see where its
+    bytes come from, and reason about what each collective carries; then check.
     """)
     return
 
 
 @app.cell
 def _():
-    answer = mo.ui.radio({v: k for k, v in exercise.CHOICES.items()},
-                         label="what grows with the batch").form(
+    answer = mo.ui.number(start=0, stop=1e6, step=0.001, label="MB per device per step").form(
         submit_button_label="check", bordered=False)
     answer
     return (answer,)
 
 
 @app.cell(hide_code=True)
-def _(answer):
-    # Judged by tpu_workbench/exercises/sharding.py; checking starts nothing.
-    _kind, _text = (("neutral", "_Pick an answer and press **check**._")
-                    if answer.value is None else exercise.judge(answer.value))
+def _(answer, exercise_tokens, mesh_shape, strategy_runs):
+    # Judged by tpu_workbench/exercises/sharding.py from dp's run above; checking starts nothing.
+    _dp = [r for r in strategy_runs if r.spec.strategy == "dp"]
+    if answer.value is None or not _dp:
+        _kind, _text = "neutral", "_Enter a number and press **check**._"
+    else:
+        _kind, _text = exercise.judge(
+            answer.value, sharding.collectives_frame(_dp[0], chip="v6e", mesh_shape=mesh_shape),
+            exercise_tokens[1])
     mo.callout(mo.md(_text), kind=_kind)
     return
 

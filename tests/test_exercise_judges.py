@@ -93,13 +93,23 @@ def test_scale_out_processes_by_hand():
     assert "two whole numbers" in scale_out.judge("eight", "v6e-32")[1]
 
 
-def test_sharding_batch_question():
+def test_sharding_twice_the_batch():
+    import pandas as pd
+
     from tpu_workbench.exercises import sharding
 
-    assert sharding.judge("layernorm")[0] == "success"
-    assert "parameter" in sharding.judge("both")[1]
-    assert "B x T" in sharding.judge("neither")[1]
-    assert sharding.judge(None)[0] == "warn" and sharding.judge("x")[0] == "warn"
+    # dp's collectives of minGPT tiny on 2x4 (a measured step's, abridged): gradients of
+    # [512,128] weights and LayerNorm all-gathers of [1, 352 tokens, 128] activations
+    step = pd.DataFrame({"shape": ["f32[512,128]", "f32[1,352,128]", "f32[]", "f32[11,128]"],
+                         "bytes": [262_144, 180_224, 4, 5632]})
+    right = (262_144 + 2 * 180_224 + 4 + 5632) / 1e6  # by hand: 0.628228 MB
+    assert sharding.mb_at_twice_the_batch(step, tokens=352) == right
+    assert sharding.judge(0.63, step, 352)[0] == "success"
+    kind, text = sharding.judge(2 * 0.448004, step, 352)
+    assert kind == "warn" and "gradient" in text
+    assert "B x T" in sharding.judge(0.448, step, 352)[1]
+    assert sharding.judge(None, step, 352)[0] == "warn"
+    assert sharding.judge(5.0, step, 352)[0] == "warn"
 
 
 def test_eager_vs_compiled_last_batch():

@@ -75,13 +75,17 @@ def test_sharding_exercise_starts_no_worker():
 def test_hlo_explorer_sections_depend_only_on_their_controls():
     g = _graph("hlo_explorer")
     captured, diff = _defining(g, "step"), _defining(g, "module_diff")
-    assert {cid for cid, c in g.cells.items() if "SECTIONS." in c.code} == {captured, diff}
+    tpu = _defining(g, "tpu")
+    assert {cid for cid, c in g.cells.items() if "SECTIONS." in c.code} == {captured, diff, tpu}
     assert captured in _reruns(g, "mode") and diff not in _reruns(g, "mode")
-    assert {captured, diff} <= _reruns(g, "model")
+    assert {captured, diff, tpu} <= _reruns(g, "model")
     assert diff in _reruns(g, "run_diff") and captured not in _reruns(g, "run_diff")
     assert captured in _reruns(g, "run_capture") and diff not in _reruns(g, "run_capture")
+    # libtpu's compile: its own button, never the capture's or the diff's
+    assert tpu in _reruns(g, "tpu_button") and not {captured, diff} & _reruns(g, "tpu_button")
+    assert tpu not in _reruns(g, "run_diff")
     for cheap in ("answer", "target", "pattern", "kernel_chart", "kernel_table"):
-        assert _reruns(g, cheap) and not _reruns(g, cheap) & {captured, diff}, cheap
+        assert _reruns(g, cheap) and not _reruns(g, cheap) & {captured, diff, tpu}, cheap
 
 
 def test_charts_read_right():
@@ -188,3 +192,22 @@ def test_new_strategy_and_run_measures_only_that_strategy(tmp_path):
         shots.wait_idle(page, timeout_s=300)
         again = [s for name, s in _completed(results).items() if name not in now]
         assert [(s["strategy"], s["steps"]) for s in again] == [("fsdp", 3)], again
+
+
+def test_the_exercises_rule_is_what_twice_the_batch_moves(results):
+    """The sharding exercise's judge says which of dp's collectives grow with the batch; a real
+    step at twice the batch moves what it says, to the byte."""
+    import tpu_workbench as wb
+    from tpu_workbench import sharding
+    from tpu_workbench.exercises import sharding as exercise
+
+    moved = {}
+    for batch in (32, 64):
+        run = wb.run(wb.ExperimentSpec(model="mingpt", preset="tiny", mode="compile", steps=1,
+                                       mesh=(2, 4), strategy="dp", batch_size=batch,
+                                       capture=("hlo",)))
+        moved[batch] = sharding.collectives_frame(run, chip="v6e", mesh_shape=(2, 4))
+    tokens = wb.batch_items("mingpt", "tiny")[1]
+    assert tokens == 32 * 11
+    assert exercise.mb_at_twice_the_batch(moved[32], tokens) == moved[64]["bytes"].sum() / 1e6
+    assert moved[64]["bytes"].sum() < 2 * moved[32]["bytes"].sum()  # not everything doubles

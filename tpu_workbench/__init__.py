@@ -33,6 +33,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "comparison_modes": ("runs.spec", "comparison_modes"), "hlo_modes": ("runs.spec", "hlo_modes"),
     "validate_xla_flags": ("environment.xla_flags", "validate_xla_flags"),
     "model_names": ("models", "model_names"), "load_trained": ("models", "load_trained"),
+    "batch_items": ("models", "batch_items"),
     # running it
     "run": ("runs.runner", "run"),
     "submit": ("runs.runner", "submit"),

@@ -68,6 +68,15 @@ def get_model(name: str) -> ModelFamily:
     return getattr(module, cls_name)()
 
 
+def batch_items(name: str, preset: str) -> tuple[int, int]:
+    """(sequences or examples, items) of one default batch of a family's preset: minGPT tiny's
+    32 sequences hold 352 tokens."""
+    family = get_model(name)
+    cfg = family.config(preset)
+    batch = family.default_batch_size(cfg)
+    return batch, family.items_per_batch(cfg, batch)
+
+
 def count_params(name: str, preset: str, options: dict[str, Any] | None = None) -> int:
     """Parameters of a family's preset (with `options`), each tied weight once: the model is
     built on PyTorch's 'meta' device (shapes only: Llama-3-8B in a second) and remembered."""
