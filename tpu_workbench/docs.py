@@ -147,15 +147,39 @@ def _session_cells(page: str) -> list[dict]:
     return config["session"]["cells"]
 
 
+def _text_in(markup: str) -> str:
+    """The words of HTML `markup` as a reader sees them, including the HTML that layout
+    elements (stacks, callouts, tabs) carry in their attributes; tables' data left out."""
+    from html.parser import HTMLParser
+
+    words: list[str] = []
+
+    class Text(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            for name, value in attrs:
+                if name in ("data-html", "data-label") and value:
+                    try:
+                        inner = json.loads(value)
+                    except ValueError:
+                        continue
+                    words.extend(_text_in(t) for t in _strings(inner) if t)
+
+        def handle_data(self, data):
+            words.append(data)
+
+    Text().feed(markup)
+    return " ".join(" ".join(words).split())
+
+
 def exported_text(page: str) -> str:
     """Every output of an exported page as plain text, in cell order (what a reader reads)."""
     texts = []
     for cell in _session_cells(page):
         for out in cell.get("outputs", []):
-            for markup in _strings(out.get("data", "")):
-                text = _decoded(markup)
-                text = re.sub(r"<[^>]*>", " ", re.sub(r"data-[\w-]+='[^']*'", " ", text))
-                texts.append(" ".join(text.split()))
+            data = out.get("data")
+            texts += [_text_in(m) for m in _strings(data.get("text/html") or
+                                                      data.get("text/markdown") or ""
+                                                      if isinstance(data, dict) else data)]
     return "\n".join(t for t in texts if t)
 
 
