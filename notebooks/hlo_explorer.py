@@ -120,7 +120,7 @@ def _(kernel_chart, step):
 def _(kernel_rows, kernel_table, step):
     mo.stop(step is None)
     _chosen = kernel_table.value
-    _d = hlo.op_detail(step.after, (_chosen if len(_chosen) else kernel_rows)["name"].iloc[0])
+    _d = step.detail((_chosen if len(_chosen) else kernel_rows)["name"].iloc[0])
     mo.vstack([
         mo.md(f"### `{_d.name}`" + (f" runs `{_d.kernel}`" if _d.kernel != _d.name else "")
               + ("" if len(_chosen) else " (the table's first; pick another there)")),

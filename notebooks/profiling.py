@@ -10,8 +10,8 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
-    from tpu_workbench import hlo, profiling
     from tpu_workbench import notebook as nb
+    from tpu_workbench import profiling
     from tpu_workbench.environment.paths import results_dir
     from tpu_workbench.exercises import profiling as exercise
 
@@ -115,7 +115,7 @@ def _(profile, result, top_chart):
     _name = _picked[0] if _picked else str(profile.ops["hlo_op"].iloc[0])
     _step = nb.captured_step(result)
     try:
-        _d = hlo.op_detail(_step.after, _name)
+        _d = _step.detail(_name)
     except ValueError:
         _d = None
     mo.vstack([

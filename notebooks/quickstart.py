@@ -9,8 +9,8 @@ with app.setup:
     import marimo as mo
 
     import tpu_workbench as wb
-    from tpu_workbench import hlo, sharding
     from tpu_workbench import notebook as nb
+    from tpu_workbench import sharding
     from tpu_workbench.exercises import quickstart as exercise
 
     SMOKE = wb.smoke_mode()
@@ -215,7 +215,7 @@ def _(kinds, step, top):
     if _name is None:  # the biggest kernel of the kind picked (fusion until a click)
         _of = step.kernels[step.kernels["opcode"] == _kind]
         _name = _of.sort_values("ops_inside", ascending=False)["name"].iloc[0]
-    _d = hlo.op_detail(step.after, _name)
+    _d = step.detail(_name)
     mo.vstack([
         mo.md(f"**`{_d.name}`**" + (f" runs `{_d.kernel}`" if _d.kernel != _d.name else "")
               + f": {len(_d.inside)} instruction(s) fused."),

@@ -58,10 +58,36 @@ def test_smoke_and_fresh_runs_never_reuse(shown, monkeypatch):
 def test_tables_wrap_long_text_and_drop_a_filtered_index():
     import pandas as pd
 
-    frame = pd.DataFrame({"n": [1, 2, 3], "why": ["short", "x" * 80, "y"]}).iloc[[2, 1]]
-    table = notebook.table(frame)
+    frame = pd.DataFrame({"n": range(30), "why": ["short", "x" * 80, "y"] * 10}).iloc[2:25]
+    table = notebook.table(frame)  # more rows than a page: marimo's interactive table
     assert table._component_args["wrapped-columns"] == ["why"]  # read whole, not cut at "..."
-    assert table.data.index.equals(pd.RangeIndex(2))  # no "Index0" column of the old rows
+    assert table.data.index.equals(pd.RangeIndex(23))  # no "Index0" column of the old rows
+
+
+def test_a_small_table_is_plain_html_unless_it_selects():
+    """A table of one page is drawn as plain HTML (marimo's interactive table took 0.6-0.7 s
+    of a busy 2-core machine to draw three rows); the docs build reads it back all the same.
+    One that selects rows stays interactive."""
+    import json
+
+    import marimo as mo
+    import pandas as pd
+
+    from tpu_workbench import docs
+
+    frame = pd.DataFrame({"mode": ["lazy", "compile"], "ms": [12.3456, 1234.5], "n": [3, 20000],
+                          "why": ["x" * 80, None]}).iloc[[1, 0]]
+    small = notebook.table(frame, label="per **mode**")
+    assert not isinstance(small, mo.ui.table) and "<table" in small.text
+    page = ('<script>"__MARIMO_MOUNT_CONFIG__": Object.freeze(' + json.dumps({"session": {
+        "cells": [{"id": "t", "outputs": [{"type": "data", "data": {
+            "text/html": mo.vstack([mo.md("a heading"), small]).text}}], "console": []}]}})
+            + ")</script>")
+    assert docs.exported_tables(page) == {"per mode": [
+        {"mode": "compile", "ms": 1234.5, "n": 20000, "why": ""},
+        {"mode": "lazy", "ms": 12.35, "n": 3, "why": "x" * 80}]}
+    assert isinstance(notebook.table(frame, selection="single"), mo.ui.table)
+    assert isinstance(notebook.table(frame, page_size=1), mo.ui.table)
 
 
 

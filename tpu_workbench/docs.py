@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .errors import SpecError
 from .notebook import FRESH_ENV, WAITS
+from .notebook.tables import STATIC_TABLE
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -195,8 +196,19 @@ def _tables_in(markup: str, found: dict[str, list[dict]]) -> None:
             return None
 
     class Tables(HTMLParser):
+        static: dict | None = None  # a plain HTML table being read (notebook.static_table)
+
         def handle_starttag(self, tag, attrs):
             values = dict(attrs)
+            if tag == "table" and STATIC_TABLE in values:
+                self.static = {"label": values[STATIC_TABLE], "rows": [], "cell": None}
+                return
+            if self.static is not None:
+                if tag == "tr":
+                    self.static["rows"].append([])
+                elif tag in ("td", "th"):
+                    self.static["cell"] = []
+                return
             if tag == "marimo-table" and values.get("data-data"):
                 rows = loads(values["data-data"])
                 rows = loads(rows) if isinstance(rows, str) else rows
@@ -211,7 +223,36 @@ def _tables_in(markup: str, found: dict[str, list[dict]]) -> None:
                     if "<" in text:
                         _tables_in(text, found)
 
+        def handle_data(self, data):
+            if self.static is not None and self.static["cell"] is not None:
+                self.static["cell"].append(data)
+
+        def handle_endtag(self, tag):
+            table = self.static
+            if table is None:
+                return
+            if tag in ("td", "th") and table["cell"] is not None:
+                table["rows"][-1].append(_number("".join(table["cell"]).strip()))
+                table["cell"] = None
+            elif tag == "table":
+                header, *rows = table["rows"] or [[]]
+                name = " ".join(re.sub(r"<[^>]*>", "", table["label"]).split())
+                found[name or f"table {len(found) + 1}"] = [
+                    dict(zip(header, row, strict=False)) for row in rows]
+                self.static = None
+
     Tables().feed(markup)
+
+
+def _number(text: str) -> object:
+    """A static table's cell as the number it shows (``1,234.5``), else its text."""
+    plain = text.replace(",", "")
+    for kind in (int, float):
+        try:
+            return kind(plain)
+        except ValueError:
+            pass
+    return text
 
 
 def _strings(value: object) -> list[str]:

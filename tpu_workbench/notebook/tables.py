@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Any
 
 from .sections import RUN_FAILED
@@ -61,23 +62,75 @@ def rounded(frame, decimals: int = 2, significant: int = 3):
     return out
 
 
+# Attribute of a small table drawn as plain HTML (:func:`table`): its label, so that the docs
+# build and the tests read it back like marimo's own tables (docs.exported_tables).
+STATIC_TABLE = "data-tpu-table"
+# mo.ui.table options that only an interactive table has: a table given one stays interactive.
+_INTERACTIVE = {"selection", "initial_selection", "on_change", "pagination", "freeze_columns_left",
+                "freeze_columns_right", "show_download", "text_justify_columns"}
+
+
 def table(frame, **kwargs):
-    """``mo.ui.table`` of DataFrame `frame` with its floats :func:`rounded`, long text wrapped
-    and a filtered frame's index dropped; no row selection unless `selection` is given. Every
-    table the notebooks show goes through here."""
+    """DataFrame `frame` as a table, its floats :func:`rounded`, long text wrapped and a
+    filtered frame's index dropped. A table that fits one page (``page_size`` rows, 10 by
+    default) and selects nothing is plain HTML: a reader reads it whole, and it draws at once
+    (marimo's interactive table took 0.6-0.7 s of a busy 2-core machine to draw three rows, a
+    third of the quickstart's re-open). Larger ones, and ones asked for a ``selection``, are
+    ``mo.ui.table`` (paged, sortable, searchable). Every table the notebooks show goes through
+    here."""
     import marimo as mo
     import pandas as pd
 
-    kwargs.setdefault("selection", None)
     shown = rounded(frame)
     if shown.index.name is None and not shown.index.equals(pd.RangeIndex(len(shown))):
         shown = shown.reset_index(drop=True)  # a filtered frame's index is no column to show
+    if kwargs.get("selection") is None and not _INTERACTIVE & {
+            k for k, v in kwargs.items() if v is not None} and len(shown) <= kwargs.get(
+            "page_size", 10):
+        return static_table(shown, kwargs.get("label"))
+    kwargs.setdefault("selection", None)
     # Text columns wrap instead of ending in "...": an HLO line or a reason is read whole.
     long_text = [c for c in shown.columns
                  if (shown[c].dtype == object or pd.api.types.is_string_dtype(shown[c]))
                  and shown[c].map(lambda v: isinstance(v, str) and len(v) > 40).any()]
     kwargs.setdefault("wrapped_columns", [str(c) for c in long_text])
     return mo.ui.table(shown, **kwargs)
+
+
+def _cell(value) -> str:
+    """One value of a static table as text: thousands separated, nothing for a missing one."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int | float):
+        return f"{value:,}"
+    return str(value)
+
+
+def static_table(frame, label: str | None = None):
+    """`frame` as a plain HTML table under its `label` (markdown), numbers right-aligned."""
+    import marimo as mo
+    import pandas as pd
+
+    numeric = {c: pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(
+        frame[c]) for c in frame.columns}
+
+    def td(column, value, tag="td") -> str:
+        align = "right" if numeric[column] else "left"
+        return (f'<{tag} style="text-align:{align};padding:2px 10px;vertical-align:top;'
+                f'border-bottom:1px solid #e5e7eb">{html.escape(_cell(value))}</{tag}>')
+
+    head = "".join(td(c, str(c), "th") for c in frame.columns)
+    body = "".join("<tr>" + "".join(td(c, v) for c, v in zip(frame.columns, row, strict=True))
+                   + "</tr>" for row in frame.itertuples(index=False))
+    caption = mo.md(label).text if label else ""
+    words = " ".join(re.sub(r"<[^>]*>", "", caption).split())  # the label as a reader reads it
+    return mo.Html(
+        f'<div style="overflow-x:auto;margin:4px 0"><table {STATIC_TABLE}="'
+        f'{html.escape(words, quote=True)}" style="border-collapse:collapse;'
+        f'font-size:0.875rem"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        f'<div style="font-size:0.8rem;color:#6b7280;margin-top:2px">{caption}</div></div>')
 
 
 def format_us(us: float) -> str:

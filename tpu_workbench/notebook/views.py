@@ -79,14 +79,23 @@ def step_hlo(result) -> tuple:
 @dataclass(frozen=True)
 class CapturedStep:
     """A captured run's training step as the HLO views read it: the instructions before and
-    after optimisation, the kernels it runs (:func:`tpu_workbench.hlo.kernels`), the optimised
-    text and its :func:`~tpu_workbench.hlo.summary`."""
+    after optimisation (parsed when first read), the kernels it runs
+    (:func:`tpu_workbench.hlo.kernels`), the optimised text and its
+    :func:`~tpu_workbench.hlo.summary`. What a page shows on open (the kernels, the summary,
+    an opened kernel) is kept in the run's folder, so showing a stored run again parses no
+    HLO (3,500 instructions of minGPT tiny: 0.5-1.5 s of a notebook's open)."""
 
     result: Any
-    after: Any
     after_text: str
     kernels: Any
     summary: dict
+
+    @functools.cached_property
+    def after(self):
+        """The optimised step's instructions (a DataFrame), parsed when first read."""
+        from .. import hlo
+
+        return hlo.instructions(self.after_text)
 
     @functools.cached_property
     def before(self):
@@ -97,6 +106,27 @@ class CapturedStep:
         return hlo.instructions(hlo.main_module(hlo.load_run_hlo(self.result),
                                                 "before_optimizations"))
 
+    def detail(self, name: str):
+        """:func:`tpu_workbench.hlo.op_detail` of kernel `name`, kept in the run's folder."""
+        import io
+
+        import pandas as pd
+
+        from .. import hlo
+        from ..runs import store
+
+        def opened() -> dict:
+            d = hlo.op_detail(self.after, name)
+            return {"name": d.name, "kernel": d.kernel, "text": d.text,
+                    "inside": d.inside.to_json(orient="table"),
+                    "sources": d.sources.to_json(orient="table")}
+
+        key = "op_detail-" + "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+        kept = store.derived(self.result, key, opened)
+        return hlo.OpDetail(kept["name"], kept["kernel"], kept["text"],
+                            *(pd.read_json(io.StringIO(kept[k]), orient="table")
+                              for k in ("inside", "sources")))
+
 
 def captured_step(result) -> CapturedStep | None:
     """:class:`CapturedStep` of a run that captured ``hlo`` (None for None: a section that has
@@ -106,11 +136,20 @@ def captured_step(result) -> CapturedStep | None:
     from .. import hlo
     from ..runs import store
 
-    files = hlo.load_run_hlo(result)
-    after_text = hlo.main_module(files, "after_optimizations")
-    after, summary = step_hlo(result)
-    kernels = store.derived_frame(result, "kernels", lambda: hlo.kernels(after))
-    return CapturedStep(result, after, after_text, kernels, summary)
+    after_text = hlo.main_module(hlo.load_run_hlo(result), "after_optimizations")
+    parsed: dict = {}
+
+    def after():
+        if "ops" not in parsed:
+            parsed["ops"] = hlo.instructions(after_text)
+        return parsed["ops"]
+
+    kernels = store.derived_frame(result, "kernels", lambda: hlo.kernels(after()))
+    summary = store.derived(result, "hlo_summary", lambda: hlo.summary(after_text, frame=after()))
+    step = CapturedStep(result, after_text, kernels, summary)
+    if parsed:  # parsed for a figure not kept yet: the cached property's value
+        step.__dict__["after"] = parsed["ops"]
+    return step
 
 
 def profile_ops(result):

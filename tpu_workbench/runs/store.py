@@ -185,16 +185,20 @@ def _canonical(d: dict[str, Any]) -> str:
 
 @functools.cache
 def _versions(python: str) -> tuple[tuple[str, str | None], ...]:
-    if python == sys.executable:
-        paths = None
-    else:  # another environment (.venv-torchtpu): read its site-packages without running it
-        lib = Path(python).resolve().parent.parent / "lib"
-        paths = [str(p) for p in lib.glob("python*/site-packages")]
-        if not paths:
-            paths = [str(p) for p in (Path(python).parent.parent / "lib").glob(
-                "python*/site-packages")]
+    if python == sys.executable:  # a lookup by name: walking every distribution took 0.1-0.4 s
+        found_here: dict[str, str | None] = {}
+        for name in PACKAGES:
+            try:
+                found_here[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                found_here[name] = None
+        return tuple(found_here.items())
+    # another environment (.venv-torchtpu): read its site-packages without running it
+    lib = Path(python).resolve().parent.parent / "lib"
+    paths = [str(p) for p in lib.glob("python*/site-packages")] or [
+        str(p) for p in (Path(python).parent.parent / "lib").glob("python*/site-packages")]
     found: dict[str, str | None] = dict.fromkeys(PACKAGES)
-    for dist in metadata.distributions(**({"path": paths} if paths is not None else {})):
+    for dist in metadata.distributions(path=paths):
         name = (dist.metadata["Name"] or "").lower().replace("-", "_")
         if name in found and found[name] is None:
             found[name] = dist.version
