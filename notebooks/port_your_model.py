@@ -101,9 +101,10 @@ def _(report):
     elif report is not None:
         findings_table = nb.table(
             brief(report.findings), selection="single", initial_selection=[0],
-            label=f"{len(report.findings)} blockers in {report.label}, costliest first "
-            "(cost_s: step time its fix saved, measured; empty where no fix was tried). "
-            "Click a row for its line, evidence, fix and what the fix did.")
+            label=f"{len(report.findings)} blockers in {report.label}, costliest first: "
+            "the verified fixes by the step time they saved (cost_s, measured on a patched "
+            "copy; empty where no fix was tried), then the rest by status. Click a row for "
+            "its line, evidence, fix and what the fix did.")
         mo.output.replace(findings_table)
     return (findings_table,)
 
@@ -116,15 +117,15 @@ def _(findings_table, report):
         _row = report.findings[(report.findings["kind"] == _pick["kind"])
                                & (report.findings["where"] == _pick["where"])].iloc[0]
         _variants = report.variants_of(_row["kind"], _row["where"])
-        _fix = "\n".join(f"    {_line}" for _line in str(_row["fix"]).splitlines())
         mo.output.replace(mo.vstack([
             mo.md(f"### {_row['kind']} at `{_row['where']}`: {_row['status']}\n\n"
                   f"_{wb.PORT_KINDS[_row['kind']]}._\n\n"
                   + context(_row["file"], int(_row["line"]))
                   + f"\n\n**Evidence** (counted in the run): {_row['evidence']}\n\n"
-                  f"**Fix:**\n\n{_fix}\n\n"
-                  + (f"**Measured** on a patched copy of the file: {_row['verified']}\n\n"
-                     if _row["verified"] else "")
+                  "**Fix:**"),
+            nb.code_block(str(_row["fix"])),
+            mo.md((f"**Measured** on a patched copy of the file: {_row['verified']}\n\n"
+                   if _row["verified"] else "")
                   + f"**{_row['status']}**: {STATUSES[_row['status']]}."
                   + (f"\n\n**Instead:** {_row['instead']}" if _row["instead"] else "")),
             wb.charts.port_steps(report.steps, _variants),

@@ -118,6 +118,10 @@ def test_every_fix_tried_is_measured_and_kept_only_if_it_helped(reports):
     assert device["status"] == "verified", device["verified"]
     assert "torch.arange(tokens.shape[1], device=tokens.device)" in device["fix"]
     assert "host-to-device transfers per step" in device["verified"]
+    order = reports["shapes"].findings  # costliest first: the verified by the time saved
+    verified = order[order["status"] == "verified"]
+    assert list(verified.index) == list(range(len(verified)))
+    assert verified["cost_s"].is_monotonic_decreasing
     steps = reports["shapes"].steps
     assert list(dict.fromkeys(steps["variant"])) == [
         "as written", "fix 1: shapes at line 37", "fix 2: cpu_tensor at line 26",
@@ -271,12 +275,13 @@ def test_patch_edits_one_line_only_where_the_edit_is_mechanical():
     made, _ = patch.edit_for("cpu_tensor", model, 5, "return x * self.s")
     assert made.line == 3 and made.after == [
         '        self.register_buffer("s", torch.ones(3), persistent=False)  # c']
-    batch = "import torch\n\ndef make():\n    t = torch.zeros(2, n)\n    return t\n"
-    made, _ = patch.edit_for("shapes", batch, 4, "t = torch.zeros(2, n)", dim=1)
-    padded = made.apply(batch)
-    scope: dict = {"torch": torch, "n": 5}
-    exec(padded + "out = make()\n", scope)  # noqa: S102 - the edit's own output, run
-    assert tuple(scope["out"].shape) == (2, 8)  # 5 padded up to the next power of two
+    for made_as, dim, padded_shape in (("torch.zeros(2, n)", -1, (2, 8)),
+                                       ("torch.zeros(n, 3)", -2, (8, 3))):
+        batch = f"import torch\n\ndef make():\n    t = {made_as}\n    return t\n"
+        made, _ = patch.edit_for("shapes", batch, 4, f"t = {made_as}", dim=dim)
+        scope: dict = {"n": 5}
+        exec(made.apply(batch) + "out = make()\n", scope)  # noqa: S102 - the edit, run
+        assert tuple(scope["out"].shape) == padded_shape  # 5 up to the next power of two
     t = torch.tensor([[3.0, -1.0, 2.0, 5.0], [7.0, 0.0, 1.0, 4.0]])  # even: the lower middle
     assert torch.equal(t.median(dim=-1).values,
                        eval(edit("fallback", "t.median(dim=-1).values")[0]))  # noqa: S307

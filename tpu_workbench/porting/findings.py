@@ -130,6 +130,10 @@ def _short(file: str) -> str:
 
 
 def _diff(before: str, after: list[str]) -> str:
+    """The edit as a diff of stripped lines; an insertion after a line keeps that line as
+    context."""
+    if after and after[0] == before:
+        return f"  {before.strip()}\n" + "\n".join(f"+ {line.strip()}" for line in after[1:])
     return f"- {before.strip()}\n" + "\n".join(f"+ {line.strip()}" for line in after)
 
 
@@ -234,6 +238,7 @@ def findings(records: list[dict[str, Any]], summary: dict[str, Any]) -> Any:
         elif e["event"] == "float64":
             rows.append(_row("float64", e, f"{e['op']} makes float64 {calls:g} per step",
                              _with_edit("float64", e, "dtype=torch.float32 (or .float())")))
+    rank = next((r["shapes"] for r in records if r.get("kind") == "port_step"), {})
     for key, dims in (summary.get("varying") or {}).items():
         made = (summary.get("made_at") or {}).get(key) or {}
         for dim, sizes in dims.items():
@@ -245,7 +250,7 @@ def findings(records: list[dict[str, Any]], summary: dict[str, Any]) -> Any:
                 f"{n_after} steps after the first",
                 _with_edit("shapes", made, f"pad {key!r} dim {dim} up to a few bucket sizes "
                            f"(here {buckets}) where it is made, and mask the padding out of "
-                           "the loss", dim=int(dim))))
+                           "the loss", dim=int(dim) - len(rank.get(key, [])))))
     for op, n in sorted(fig["cpu_ops"].items()):
         if op in EXPLAINED:
             continue
@@ -270,11 +275,18 @@ def findings(records: list[dict[str, Any]], summary: dict[str, Any]) -> Any:
 
 
 def sort(frame: Any) -> Any:
-    """Costliest first: by the step time the fix saved, then the untried by kind."""
+    """Costliest first: the findings whose fix was verified, by the step time it saved; then
+    the rest (a fix that did not help saved no time of the finding's, whatever noise says)
+    by status and kind."""
     if not len(frame):
         return frame
-    return frame.sort_values(["cost_s", "kind", "line"], ascending=[False, True, True],
-                             na_position="last", kind="stable").reset_index(drop=True)
+    rank = {status: i for i, status in enumerate(STATUSES)}
+    keys = frame.assign(_saved=frame["cost_s"].where(frame["status"] == "verified"),
+                        _status=frame["status"].map(rank))
+    return frame.loc[keys.sort_values(["_saved", "_status", "kind", "line"],
+                                      ascending=[False, True, True, True],
+                                      na_position="last", kind="stable").index
+                     ].reset_index(drop=True)
 
 
 BRIEF = ["kind", "where", "status", "cost_s"]  # the columns a page shows, the rest on a click
@@ -299,7 +311,7 @@ def trials_brief(trials: Any) -> Any:
                           "compilations": pair(r, "compiles"),
                           "executions / step": pair(r, "executions"),
                           "transfers / step": pair(r, "from_device"),
-                          "step (ms)": pair(r, "step_s", 1e3)}
+                          "step (ms)": pair(r, "step_s", 1e3, 4)}
                          for _, r in trials.iterrows()],
                         columns=["fix", "status", "compilations", "executions / step",
                                  "transfers / step", "step (ms)"])
@@ -375,7 +387,7 @@ def judge(row: Any, before: Variant, after: Variant, fix: str) -> dict[str, Any]
     cost = b["step_s"] - a["step_s"]
     status = "hurt" if helped and slower else "verified" if helped else "did not help"
     parts = [target] + [f"{name} {x:g} -> {y:g}" for name, (x, y) in counts.items()
-                        if (x, y) != (0, 0)]
+                        if (x, y) != (0, 0) and not target.startswith(name)]
     parts.append(f"median step {b['step_s']:.4f} -> {a['step_s']:.4f} s (timed steps "
                  f"{b['step_min']:.4f}..{b['step_max']:.4f} -> {a['step_min']:.4f}.."
                  f"{a['step_max']:.4f})")

@@ -78,7 +78,8 @@ def locate(text: str, line: int, code: str) -> int | None:
 def edit_for(kind: str, text: str, line: int, code: str, *, dim: int | None = None
              ) -> tuple[Edit | None, str]:
     """The edit of `text` that fixes the `kind` finding at `line` (whose code is `code`), or
-    None and why no edit is made. `dim`: the dimension of a ``shapes`` finding's input."""
+    None and why no edit is made. `dim`: the dimension a ``shapes`` finding's input changes
+    along, counted from the end (-1: the last)."""
     at = locate(text, line, code)
     if at is None:
         return None, f"the line `{code}` is no longer in the file"
@@ -239,14 +240,16 @@ def _pad(text: str, at: int, body: str, dim: int | None) -> tuple[Edit | None, s
     node = next((n for n in ast.walk(tree) if isinstance(n, ast.Assign)
                  and n.lineno == at and len(n.targets) == 1
                  and isinstance(n.targets[0], ast.Name)), None)
-    if node is None or dim is None or not re.search(r"^\s*import torch\b", text, re.M):
+    if node is None or dim is None or dim >= 0 or not re.search(r"^\s*import torch\b", text,
+                                                                  re.M):
         return None, why
     name, end = node.targets[0].id, node.end_lineno or at
     size = f"{name}.shape[{dim}]"
-    trailing = f"(0, 0) * ({name}.dim() - 1 - {dim}) + "  # F.pad starts at the last dim
+    # F.pad's pairs start at the last dim: one (0, 0) per dim after `dim` (counted from the end)
+    trailing = "(0, 0) * " + str(-dim - 1) + " + " if dim < -1 else ""
     indent = body[:len(body) - len(body.lstrip())]
     pad = (f"{indent}{name} = torch.nn.functional.pad({name}, {trailing}(0, (1 << ({size} - 1)"
-           f".bit_length()) - {size}))  # tpu-workbench port: pad dim {dim} to a power of two")
+           f".bit_length()) - {size}))  # tpu-workbench port: pad to a power of two")
     lines = text.splitlines()
     return Edit("shapes", end, lines[end - 1], [lines[end - 1], pad],
                 f"{name} padded along dim {dim} to a power of two"), ""

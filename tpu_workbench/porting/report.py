@@ -194,7 +194,7 @@ def _try_fixes(frame: Any, spec: ExperimentSpec, path: Path, factory: str, resul
                                           f"{path.name}: the workbench edits only the model's "
                                           "own file")
                 continue
-            dim = _dim(row, result.summary)
+            dim = _dim(row, result.summary, result.records)
             edit, why = patch.edit_for(row["kind"], text, base.at(int(row["line"]))[0],
                                        row["code"], dim=dim)
             if edit is None:
@@ -263,14 +263,16 @@ def _run_copy(spec: ExperimentSpec, label: str, task: str, pool: Any,
     return [named(r) for r in records]
 
 
-def _dim(row: Any, summary: dict[str, Any]) -> int | None:
-    """The dimension a ``shapes`` finding's input changes along."""
+def _dim(row: Any, summary: dict[str, Any], records: list[dict[str, Any]]) -> int | None:
+    """The dimension a ``shapes`` finding's input changes along, counted from the end."""
     if row["kind"] != "shapes":
         return None
+    shapes = next((r["shapes"] for r in records if r.get("kind") == "port_step"), {})
     for key, made in (summary.get("made_at") or {}).items():
         if made.get("file") == row["file"] and int(made.get("line") or 0) == int(row["line"]):
             dims = (summary.get("varying") or {}).get(key) or {}
-            return int(next(iter(dims))) if dims else None
+            if dims and key in shapes:
+                return int(next(iter(dims))) - len(shapes[key])
     return None
 
 
