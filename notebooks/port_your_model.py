@@ -124,7 +124,7 @@ def _(findings_table, report):
                   + f"\n\n**Evidence** (counted in the run): {_row['evidence']}\n\n"
                   "**Fix:**"),
             nb.code_block(str(_row["fix"])),
-            mo.md((f"**Measured** on a patched copy of the file: {_row['verified']}\n\n"
+            mo.md((f"**Measured:** {_row['verified']}\n\n"
                    if _row["verified"] else "")
                   + f"**{_row['status']}**: {STATUSES[_row['status']]}."
                   + (f"\n\n**Instead:** {_row['instead']}" if _row["instead"] else "")),
