@@ -9,7 +9,8 @@ with app.setup:
     import tpu_workbench as wb
     from tpu_workbench import notebook as nb
     from tpu_workbench.exercises import port_your_model as exercise
-    from tpu_workbench.porting.findings import STATUSES, brief, context, trials_brief
+    from tpu_workbench.porting.findings import STATUSES, brief, context
+    from tpu_workbench.porting.verdict import trials_brief
 
     SMOKE = wb.smoke_mode()
     # Example models with planted blockers (None outside a checkout of the workbench), then

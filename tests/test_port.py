@@ -23,7 +23,7 @@ import torch
 
 import tpu_workbench as wb
 from tpu_workbench.porting import patch, planted
-from tpu_workbench.porting.findings import Variant, judge
+from tpu_workbench.porting.verdict import Variant, judge
 
 FOLDER = Path(__file__).parent / "models" / "port"
 PLANTED = {p.stem: p for p in planted.models(FOLDER)}

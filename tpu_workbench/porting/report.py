@@ -34,17 +34,8 @@ from ..errors import SpecError
 from ..runs.runner import run
 from ..runs.spec import ExperimentSpec
 from . import patch
-from .findings import (
-    ORDER,
-    Variant,
-    figures,
-    findings,
-    instead_for,
-    judge,
-    judge_break,
-    sort,
-    steps_frame,
-)
+from .findings import ORDER, figures, findings, sort, steps_frame
+from .verdict import Variant, instead_for, judge, judge_break
 
 DEFAULT_STEPS = 6
 MIN_STEPS = 3  # the first compiles and two are watched; the third is timed unwatched
