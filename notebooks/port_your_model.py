@@ -9,17 +9,20 @@ with app.setup:
     import tpu_workbench as wb
     from tpu_workbench import notebook as nb
     from tpu_workbench.exercises import port_your_model as exercise
-    from tpu_workbench.porting.findings import context
+    from tpu_workbench.porting.findings import STATUSES, brief, context
+    from tpu_workbench.porting.verdict import trials_brief
 
     SMOKE = wb.smoke_mode()
     # Example models with planted blockers (None outside a checkout of the workbench), then
     # the workbench's own clean ones.
     EXAMPLES = {
         _label: _ref for _label, _ref in {
-            "a text classifier, written for a GPU (tests/models/port_shapes.py)":
-                nb.example_model("port_shapes"),
-            "a scorer that stops Dynamo (tests/models/port_masks.py)":
-                nb.example_model("port_masks"),
+            "a text classifier, written for a GPU (tests/models/port/shapes.py)":
+                nb.example_model("port/shapes"),
+            "a scorer that stops Dynamo (tests/models/port/masks.py)":
+                nb.example_model("port/masks"),
+            "a loss that reads its output back (tests/models/port/reads_moved.py)":
+                nb.example_model("port/reads_moved"),
             "minGPT, tiny (clean)": "mingpt",
             "Llama from its Transformers config, tiny (clean)": "hf:llama",
         }.items() if _ref
@@ -33,17 +36,22 @@ def _():
     # Port your model to a TPU
 
     Code written for a GPU usually runs on a TPU, slowly, for reasons that are each a known,
-    mechanical porting step: a `.item()` that waits for the device every step, a new sequence
-    length every batch (a new XLA compilation each time), a boolean-mask index whose shape
-    depends on the data, a tensor made on the CPU inside `forward`, float64. `port` runs a few
-    training steps of your model in torch_xla's lazy mode and under `torch.compile` on
-    XLA:CPU (the same HLO a TPU compiles) and names **each blocker at its line**, with the
-    counter that shows it and the fix. Where the fix needs no edit of your file (padding the
-    batches to buckets, making tensors on the device, running float64 as float32) the workbench
-    runs it and says what changed, **before -> after**. Where it needs a mechanical edit of a
-    line (a logged `.item()` moved after the step, a mask's mean in its masked form, a median
-    as a sort), the workbench edits a copy (`patched/` beside the report), runs that and
-    measures it the same way. Your file is never changed.
+    mechanical porting step: a read of a tensor's value in the middle of the step (`.item()`,
+    `.tolist()`, `.cpu()`, `print(t)`, `if t > 0:`), a new sequence length every batch (a new
+    XLA compilation each time), a boolean-mask index whose shape depends on the data, a
+    tensor made on the CPU inside `forward`, an op XLA does not lower, float64. `port` runs a
+    few training steps of your model in torch_xla's lazy mode and under `torch.compile` on
+    XLA:CPU (the same HLO a TPU compiles) and names **each blocker at its own line**: host
+    reads from torch_xla's own execution analysis (every graph execution's cause and the
+    Python line that triggered it) and its transfer counters, each with what it costs per
+    step.
+
+    Then it **tries each fix on a patched copy of your file**, on your own batches, one at a
+    time (a fix that helped is kept for the next), and measures before and after: steady
+    compilations, executions and transfers per step, step time, loss. A fix is *verified*
+    only when the number it targets moved the right way and the step got no slower; one that
+    did not help, hurt or failed stays in the table, with its numbers and what to try
+    instead. Your file is never changed.
 
     Pick an example, or name your own file, and press **run port**.
     """)
@@ -93,12 +101,12 @@ def _(report):
             + "\n".join(f"- {_c}" for _c in report.checked)), kind="success"))
     elif report is not None:
         findings_table = nb.table(
-            report.findings.drop(columns=["file", "line"]), selection="single",
-            initial_selection=[0], label=f"{len(report.findings)} blockers in {report.label}, "
-            "costliest first (cost_s: step time the fix saved; empty where it was not tried)")
-        mo.output.replace(mo.vstack([
-            mo.md("**Click a row** to see its line in context, the fix and what it changed."),
-            findings_table]))
+            brief(report.findings), selection="single", initial_selection=[0],
+            label=f"{len(report.findings)} blockers in {report.label}, costliest first: "
+            "the verified fixes by the step time they saved (cost_s, measured on a patched "
+            "copy; empty where no fix was tried), then the rest by status. Click a row for "
+            "its line, evidence, fix and what the fix did.")
+        mo.output.replace(findings_table)
     return (findings_table,)
 
 
@@ -109,19 +117,31 @@ def _(findings_table, report):
         _pick = _chosen.iloc[0]
         _row = report.findings[(report.findings["kind"] == _pick["kind"])
                                & (report.findings["where"] == _pick["where"])].iloc[0]
-        _variant = {"shapes": "pad to buckets", "cpu_tensor": "on device",
-                    "float64": "float32"}.get(_row["kind"], "edited")
-        _tried = _variant in set(report.steps["variant"]) and bool(_row["verified"])
+        _variants = report.variants_of(_row["kind"], _row["where"])
         mo.output.replace(mo.vstack([
-            mo.md(f"### {_row['kind']} at `{_row['where']}`\n\n"
+            mo.md(f"### {_row['kind']} at `{_row['where']}`: {_row['status']}\n\n"
                   f"_{wb.PORT_KINDS[_row['kind']]}._\n\n"
                   + context(_row["file"], int(_row["line"]))
-                  + f"\n\n**Evidence:** {_row['evidence']}\n\n**Fix:**\n\n```diff\n"
-                  + _row["fix"] + "\n```\n\n"
-                  + (f"**Verified:** {_row['verified']}" if _tried else
-                     "**Not tried:** this fix needs an edit only you can judge.")),
-            wb.charts.port_steps(report.steps, ["as written", _variant] if _tried
-                                 else ["as written"]),
+                  + f"\n\n**Evidence** (counted in the run): {_row['evidence']}\n\n"
+                  "**Fix:**"),
+            nb.code_block(str(_row["fix"])),
+            mo.md((f"**Measured:** {_row['verified']}\n\n"
+                   if _row["verified"] else "")
+                  + f"**{_row['status']}**: {STATUSES[_row['status']]}."
+                  + (f"\n\n**Instead:** {_row['instead']}" if _row["instead"] else "")),
+            wb.charts.port_steps(report.steps, _variants),
+        ]))
+    return
+
+
+@app.cell
+def _(report):
+    if report is not None and report.trials is not None and len(report.trials):
+        mo.output.replace(mo.vstack([
+            mo.md(f"**Every fix tried on a patched copy of {report.label}**, in the order "
+                  "tried, each against the copy before it (measured here, on XLA:CPU; "
+                  "compilations: programs first run after the first step):"),
+            nb.table(trials_brief(report.trials)),
         ]))
     return
 
@@ -131,7 +151,7 @@ def _():
     mo.md(rf"""
     ## Workshop exercise
 
-    `port` rewrote `tests/models/port_masks.py`'s `h[h > 0.5].mean()` in its masked form. The
+    `port` rewrote `tests/models/port/masks.py`'s `h[h > 0.5].mean()` in its masked form. The
     same model might want the largest element above 0.5, `{exercise.BLOCKED}`: the selection's
     shape depends on how many there are, so XLA compiles a new program whenever that number
     changes, and Dynamo breaks the graph there. **Write an expression of `h` (and `torch`)

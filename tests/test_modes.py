@@ -71,7 +71,8 @@ def test_all_modes_give_the_same_losses(all_modes):
         if mode == "eager":
             # torch_xla 2.9's eager mode computes an op wrong now and then when the machine is
             # busy (a weight's gradient, or a forward pass), with no workbench code involved:
-            # scripts/repro_eager_drift_bare.py, 4 of 24 busy runs, 0 of 12 idle. So only its
+            # a plain torch_xla script reproduced it (git show fff0623:scripts/
+            # repro_eager_drift_bare.py), 4 of 24 busy runs, 0 of 12 idle. So only its
             # step 0 is compared, and that the loss fell.
             assert losses[0] == pytest.approx(reference[0], rel=2e-3), losses
             assert np.isfinite(losses).all() and losses[-1] < losses[0], losses

@@ -18,7 +18,8 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("script, option", [("screenshot_notebooks.py", "--out"),
                                             ("bench_notebooks.py", "--repeat"),
-                                            ("bench_workers.py", "--runtimes")])
+                                            ("bench_workers.py", "--runtimes"),
+                                            ("bench_port.py", "--models")])
 def test_help_lists_the_options(script, option):
     proc = _run(script, "--help")
     assert proc.returncode == 0, proc.stderr
@@ -53,3 +54,10 @@ def test_worker_benchmark_refuses_an_unknown_runtime_before_starting_anything():
     assert proc.returncode == 2
     assert "unknown runtime(s) jax; valid: xla, torch" in proc.stderr
     assert "template start" not in proc.stdout
+
+
+def test_port_benchmark_refuses_too_few_steps_and_a_missing_folder():
+    proc = _run("bench_port.py", "--steps", "2")
+    assert proc.returncode == 2 and "--steps must be >= 3" in proc.stderr
+    proc = _run("bench_port.py", "--models", "no/such/folder")
+    assert proc.returncode == 2 and "--models no/such/folder: no such folder" in proc.stderr

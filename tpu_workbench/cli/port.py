@@ -1,5 +1,6 @@
 """``tpu-workbench port``: what blocks a model on a TPU, each blocker at its line with the fix,
-tried and measured where no edit is needed: findings.csv, steps.csv and report.json."""
+each fix tried on a patched copy of the model's file and measured: findings.csv, trials.csv,
+steps.csv, report.json and patched/."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for the workbench's families)")
     parser.add_argument("--steps", type=int, default=6, help="training steps per pass (>= 3)")
     parser.add_argument("--batch", type=int, default=None, help="batch size (the model's own)")
+    parser.add_argument("--no-fixes", action="store_true",
+                        help="report the findings only; try no fix on a patched copy")
     parser.add_argument("--out", type=Path, default=Path("port-report"), help="output folder")
 
 
@@ -25,7 +28,9 @@ def port(args: argparse.Namespace) -> int:
 
     out = writable_folder(args.out)
     report = run_port(args.model, args.preset, steps=args.steps, batch_size=args.batch, out=out,
+                      fixes=not args.no_fixes,
                       on_progress=lambda m: print(m, file=sys.stderr, flush=True))
     print(report.text())
-    print(f"wrote {out / 'findings.csv'}, {out / 'steps.csv'}, {out / 'report.json'}")
+    print(f"wrote {out / 'findings.csv'}, {out / 'trials.csv'}, {out / 'steps.csv'}, "
+          f"{out / 'report.json'}")
     return 0

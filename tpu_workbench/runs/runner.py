@@ -21,6 +21,7 @@ reuse=True)`` loads a completed run of the same spec measured in the same enviro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -35,7 +36,7 @@ from ..environment.paths import results_dir
 from ..errors import RunCancelled, RunFailed, RunTimeout, SpecError, WorkerCrashed, WorkerError
 from ..records import records_frame
 from . import gang
-from .spec import ExperimentSpec, RuntimeConfig, runtime_config
+from .spec import PORT_TASKS, ExperimentSpec, RuntimeConfig, runtime_config
 from .store import ENVIRONMENT_FILE, RunResult, artifacts, fingerprint, reusable
 from .workers import WORKER_LOG_ENV, Worker, WorkerPool, default_pool  # noqa: F401
 
@@ -268,6 +269,8 @@ def submit(spec: ExperimentSpec, *, timeout: float = DEFAULT_RUN_TIMEOUT_S,
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     spec.validate()
     config = runtime_config(spec)
+    if task in PORT_TASKS and config.runtime.xla:
+        config = dataclasses.replace(config, explain_executions=True)
     fp = fingerprint(config, spec)  # before the run: what the environment was when it started
     # a mesh with a torch mode is a gang: N processes under torchrun, launched afresh
     worker = gang.Gang(config) if gang.is_gang(spec) else (pool or default_pool()).worker(config)

@@ -93,6 +93,10 @@ DEVICES = ("auto", "cpu", "tpu", "cuda")
 MAX_CPU_DEVICES = 64
 
 
+# The worker tasks of ``port`` (tpu_workbench.porting): their workers explain every execution.
+PORT_TASKS = ("port", "port_edited", "port_edited_dynamo")
+
+
 @dataclass(frozen=True)
 class RuntimeConfig:
     """The process-wide settings of a worker: what torch_xla reads once, at import.
@@ -106,6 +110,8 @@ class RuntimeConfig:
     spmd: bool = False
     xla_flags: tuple[str, ...] = ()
     explain_compiles: bool = False  # torch_xla's compilation analysis (PT_XLA_DEBUG_LEVEL=1)
+    # and every execution's too, with its cause and Python frames (PT_XLA_DEBUG_LEVEL=2)
+    explain_executions: bool = False
     dump_hlo: bool = False  # XLA dumps the HLO of every compiled module (capture="hlo")
     persistent_cache: bool = False  # torch_xla.runtime.initialize_cache, one folder per config
 
@@ -133,7 +139,8 @@ class RuntimeConfig:
         device kind, device count and set of flags are of no use to another."""
         from ..environment.paths import cache_dir
 
-        key = dataclasses.replace(self, explain_compiles=False, dump_hlo=False).label()
+        key = dataclasses.replace(self, explain_compiles=False, explain_executions=False,
+                                  dump_hlo=False).label()
         return cache_dir() / "xla_cache" / re.sub(r"[^A-Za-z0-9_.=-]+", "_", key).strip("_")
 
     def label(self) -> str:
@@ -147,6 +154,8 @@ class RuntimeConfig:
             text += " " + " ".join(self.xla_flags)
         if self.explain_compiles:
             text += " explain"
+        if self.explain_executions:
+            text += " explain-executions"
         if self.dump_hlo:
             text += " dump-hlo"
         if self.persistent_cache:

@@ -63,11 +63,13 @@ class Worker:
         self._ready = threading.Event()
         self._start_error: dict[str, Any] | None = None
         env = {**os.environ, **config.env()}
-        if config.runtime.xla and config.explain_compiles:
-            # torch_xla explains each compilation (cause, graph, Python frame) in this file.
+        if config.runtime.xla and (config.explain_compiles or config.explain_executions):
+            # torch_xla explains each compilation (cause, graph, Python frame) in this file, and
+            # at level 2 each execution too (its frames: up to 64, so the model's line is in)
             fd, self.debug_file = tempfile.mkstemp(prefix="tpu_workbench_xla_", suffix=".log")
             os.close(fd)
-            env.update(PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=self.debug_file)
+            env.update(PT_XLA_DEBUG_LEVEL="2" if config.explain_executions else "1",
+                       PT_XLA_DEBUG_FILE=self.debug_file, PT_XLA_DEBUG_MAX_FRAME="64")
         else:
             self.debug_file = ""
             env.pop("PT_XLA_DEBUG_LEVEL", None)

@@ -91,3 +91,28 @@ def explain(event: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
                     "different set of live tensors, e.g. a tensor kept across steps")
         return "the same code traced a different graph"
     return f"a new program ({cause})"
+
+
+_EXECUTION = re.compile(r"Execution Analysis: Execution Cause\n(?P<body>.*?)"
+                        r"Execution Analysis: -{20,}", re.S)
+_FRAME = re.compile(r"^\s*(?P<function>.*?) \((?P<file>.*):(?P<line>\d+)\)\s*$")
+
+
+def parse_execution_analysis(text: str) -> list[dict[str, Any]]:
+    """One dict per execution block (``PT_XLA_DEBUG_LEVEL=2``): its cause, its graph's hash and
+    every Python frame torch_xla recorded, innermost first, as ``(function, file, line)``."""
+    events = []
+    for match in _EXECUTION.finditer(text):
+        lines = [ln.removeprefix("Execution Analysis:").strip()
+                 for ln in match.group("body").splitlines()]
+        frames, in_frames, graph = [], False, ""
+        for ln in lines[1:]:
+            if ln.startswith("Graph Hash:"):
+                graph = ln.split(":", 1)[1].strip()
+            elif ln.startswith("Python Frame Triggered Execution"):
+                in_frames = True
+            elif in_frames and (m := _FRAME.match(ln)):
+                frames.append((m["function"], m["file"], int(m["line"])))
+        events.append({"cause": lines[0] if lines else "", "graph_hash": graph,
+                       "frames": frames})
+    return events

@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ..runs.spec import PORT_TASKS
 from .backend import backend_for
 
 
@@ -100,10 +101,11 @@ def _run_task(task: str, ctx: TaskContext, spec: dict[str, Any]) -> dict[str, An
         from .generate import generate
 
         return generate(ctx, spec, backend_for(runtime_from_env()))
-    if task in ("port", "port_edited"):  # what blocks a TPU port (tpu_workbench.porting)
+    if task in PORT_TASKS:  # what blocks a TPU port (tpu_workbench.porting)
         from .port import port
 
-        return port(ctx, spec, edited=task == "port_edited")
+        return port(ctx, spec, variant="as written" if task == "port" else "edited",
+                    dynamo=task != "port_edited")
     if task == "probe":
         return runtime_info()
     if task == "trace":  # trace one step for libtpu's compiler (tpu_workbench.tpu_compile)

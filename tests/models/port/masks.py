@@ -1,7 +1,7 @@
 """A model with four more planted TPU blockers, one of which stops Dynamo: a plain tensor
 attribute (not a buffer, so ``.to(device)`` leaves it on the CPU), an op XLA does not lower (a
 median), a boolean-mask index and a float64 constant. Each blocker's line ends with
-``# BLOCKER: <kind>``.
+``# BLOCKER: <kind>``; ``masks.expected.csv`` lists every finding ``port`` must report.
 """
 
 from __future__ import annotations
@@ -45,4 +45,4 @@ def loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def make() -> SimpleNamespace:
     return SimpleNamespace(build=build, make_batch=make_batch, loss=loss, batch_size=8,
-                           name="port_masks")
+                           name="masks")

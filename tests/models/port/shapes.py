@@ -1,7 +1,7 @@
 """A text classifier written the way GPU code often is: three planted TPU blockers.
 
-Each blocker's line ends with ``# BLOCKER: <kind>``; tests/test_port.py reads these to know where
-``port`` must point. Used as ``model="tests/models/port_shapes.py:make"``.
+Each blocker's line ends with ``# BLOCKER: <kind>``; ``shapes.expected.csv`` lists every finding
+``port`` must report (tests/test_port.py). Used as ``model="tests/models/port/shapes.py:make"``.
 """
 
 from __future__ import annotations
@@ -46,4 +46,4 @@ def loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def make() -> SimpleNamespace:
     return SimpleNamespace(build=build, make_batch=make_batch, loss=loss, batch_size=8,
-                           name="port_shapes")
+                           name="shapes")
