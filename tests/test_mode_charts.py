@@ -121,3 +121,23 @@ def test_a_strategy_has_one_colour_in_every_chart():
         bars = pd.DataFrame({"strategy": order, "steady_median_ms": [5.0, 6.0, 7.0]})
         fills = re.findall(r'fill="(#[0-9a-fA-F]{6})"', _svg(charts.step_time_per_strategy(bars)))
         assert table in {c.lower() for c in fills}
+
+
+def test_strategy_labels_slant_where_they_would_run_into_each_other():
+    """Nine strategies on a 320 px axis drew "dp_tpfsdp_tp": their labels now slant; two short
+    ones stay level."""
+    many = pd.DataFrame({"strategy": ["dp", "fsdp", "tp", "dp_tp", "fsdp_tp", "ep", "table",
+                                      "row", "column"], "steady_median_ms": range(9)})
+    axis = charts.step_time_per_strategy(many).to_dict()["layer"][0]["encoding"]["x"]["axis"]
+    assert axis["labelAngle"] == -35 and axis["labelAlign"] == "right"
+    few = many.iloc[:2]
+    axis = charts.step_time_per_strategy(few).to_dict()["layer"][0]["encoding"]["x"]["axis"]
+    assert axis["labelAngle"] == 0
+
+
+def test_a_long_run_does_not_tick_every_step():
+    compiles = pd.DataFrame({"mode": ["lazy"], "step": [0], "explanation": ["first"]})
+    long_run = charts.recompile_timeline(compiles, steps=120).to_dict()["encoding"]["x"]["axis"]
+    assert "values" not in long_run
+    short = charts.recompile_timeline(compiles, steps=8).to_dict()["encoding"]["x"]["axis"]
+    assert short["values"] == list(range(8))

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..records import require_columns
 
-__all__ = ["MODE_COLORS", "PICK", "STRATEGY_COLORS", "mode_scale", "pick", "require_columns",
-           "save_chart", "strategy_scale"]
+__all__ = ["MODE_COLORS", "PICK", "STRATEGY_COLORS", "category_axis", "mode_scale", "pick",
+           "require_columns", "save_chart", "strategy_scale"]
 
 # One colour per execution mode in every chart of every notebook (a scheme assigned by order of
 # appearance gave `lazy` another colour on each page). Plain PyTorch greys and olive, torch_xla
@@ -52,6 +52,23 @@ def strategy_scale(strategies: Any = ()) -> Any:
     present = list(dict.fromkeys(str(s) for s in strategies)) or list(STRATEGY_COLORS)
     return alt.Scale(domain=present,
                      range=[STRATEGY_COLORS.get(s, OTHER_COLOR) for s in present])
+
+
+# Width of one character of an axis label (Vega's 10 px sans-serif), with room between labels.
+LABEL_PX = 7
+
+
+def category_axis(values: Any, width_px: float, **kwargs: Any) -> Any:
+    """An x axis for the categories `values` on a chart `width_px` wide whose labels never run
+    into each other ("dp_tpfsdp_tp"): level where every label fits its band, slanted where
+    not."""
+    import altair as alt
+
+    labels = [str(v) for v in dict.fromkeys(values)] or [""]
+    band = width_px / len(labels)
+    fits = max(len(label) for label in labels) * LABEL_PX + 6 <= band
+    return alt.Axis(labelAngle=0 if fits else -35, labelAlign="center" if fits else "right",
+                    **kwargs)
 
 
 def save_chart(chart: Any, out: Path, name: str) -> list[Path]:

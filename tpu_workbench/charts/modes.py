@@ -168,8 +168,9 @@ def recompile_timeline(compiles: pd.DataFrame, steps: int | None = None) -> alt.
     data = compiles.assign(when=[RECOMPILE if s > 0 else FIRST_COMPILE
                                  for s in compiles["step"]])
     last = steps - 1 if steps else int(data["step"].max()) if len(data) else 1
-    x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d",
-                                                    values=list(range(0, max(last, 1) + 1))),
+    # every step a tick while they fit (one per 25 px); Vega's own whole-number ticks beyond
+    every = {"values": list(range(0, max(last, 1) + 1))} if last <= 20 else {}
+    x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d", **every),
               scale=alt.Scale(domain=[-0.3, max(last, 1) + 0.3], nice=False))
     tooltip = [c for c in ["mode", "step", "explanation", "cause", "frame"] if c in data]
     return (

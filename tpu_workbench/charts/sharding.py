@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from ._common import pick, require_columns, strategy_scale
+from ._common import category_axis, pick, require_columns, strategy_scale
 
 MB = 1e6
 PARTS = {"params_bytes": "params", "grads_bytes": "grads", "optimizer_bytes": "optimizer",
@@ -179,7 +179,7 @@ def collective_bytes(collectives: pd.DataFrame) -> alt.Chart:
     return (
         alt.Chart(frame).mark_bar().encode(
             x=alt.X(f"{group}:N", title=group, sort=list(dict.fromkeys(frame[group])),
-                    axis=alt.Axis(labelAngle=0)),
+                    axis=category_axis(frame[group], 320)),
             y=alt.Y("sum(mb):Q", title="MB moved per step (per device)"),
             color=alt.Color("kind:N", title="collective"), tooltip=tooltip)
         .properties(title="collectives XLA inserted in the train step", width=320, height=240)
@@ -197,7 +197,7 @@ def step_time_per_strategy(summary: pd.DataFrame) -> alt.LayerChart:
     tooltip = [c for c in ["strategy", "mesh", "steady_median_ms", "steady_p10_ms",
                            "steady_p90_ms", "first_step_ms", "collectives"] if c in frame]
     x = alt.X("strategy:N", title="strategy", sort=list(frame["strategy"]),
-              axis=alt.Axis(labelAngle=0))
+              axis=category_axis(frame["strategy"], 320))
     bars = alt.Chart(frame).mark_bar().encode(
         x=x, y=alt.Y("steady_median_ms:Q", title="steady step time (ms)"),
         # the x axis names each colour: no legend needed
@@ -230,7 +230,8 @@ def fit_bars(table: pd.DataFrame) -> alt.FacetChart:
     long["part_order"] = long["part"].map(parts.index)
     strategies = list(dict.fromkeys(table["strategy"]))
     bars = alt.Chart().mark_bar().encode(
-        x=alt.X("strategy:N", sort=strategies, title=None, axis=alt.Axis(labelAngle=0)),
+        x=alt.X("strategy:N", sort=strategies, title=None,
+                axis=category_axis(strategies, 150)),
         y=alt.Y("sum(gb):Q", title="GB per chip"),
         color=alt.Color("part:N", sort=parts, title="part"),
         order=alt.Order("part_order:Q"),
