@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,13 @@ from typing import Any
 from ..environment.paths import results_dir
 from ..errors import SpecError
 from ..hlo.parse import clip
-from ..tpu_compile.compile import LOCK, CompiledProgram, DoesNotFit
+from ..tpu_compile.compile import CompiledProgram, DoesNotFit
 
+# The engine's compiles run one at a time here, beside (not behind) other libtpu compiles on the
+# machine: libtpu's own lock file is sidestepped by ALLOW_MULTIPLE_LIBTPU_LOAD=1 (the compile-
+# only client opens no chip) and a compile that aborts beside another libtpu is tried again.
+LOCK = Path(tempfile.gettempdir()) / "tpu_workbench_serve.lock"
+ATTEMPTS = 3
 ROOT = Path(__file__).resolve().parents[2]
 SERVE_VENV = ROOT / ".venv-serve"
 MAIN = Path(__file__).with_name("engine_main.py")
@@ -111,9 +117,14 @@ def compile_programs(request: dict[str, Any], programs: list[dict[str, Any]], sl
     try:
         with open(LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            done = subprocess.run([str(serve_python()), str(MAIN), str(work / "request.json")],
-                                  capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+            for attempt in range(1, ATTEMPTS + 1):
+                done = subprocess.run(
+                    [str(serve_python()), str(MAIN), str(work / "request.json")],
+                    capture_output=True, text=True, timeout=timeout,
+                    env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+                if done.returncode >= 0:  # compiled, or refused with a message
+                    break
+                (work / f"aborted-{attempt}.log").write_text(done.stderr)
     except subprocess.TimeoutExpired:
         shutil.rmtree(work, ignore_errors=True)
         raise SpecError(f"the engine did not finish compiling {[p['name'] for p, _ in todo]} "
