@@ -10,7 +10,7 @@ import pytest
 from tpu_workbench.errors import SpecError
 from tpu_workbench.serving import compile as serve_compile
 from tpu_workbench.serving import plan as P
-from tpu_workbench.serving.presets import ServePreset
+from tpu_workbench.serving.presets import PRESETS
 from tpu_workbench.tpu_compile.compile import DoesNotFit
 
 
@@ -27,7 +27,7 @@ def no_compile(monkeypatch):
 
 @pytest.mark.parametrize(("kwargs", "names"), [
     ({"model": "hf:gpt2"}, ["hf:gpt2", "hf:llama", "hf:qwen3"]),
-    ({"preset": "qwen3-8b"}, ["qwen3-8b", "llama-3.1-8b", "llama-3.3-70b"]),
+    ({"preset": "qwen3-8b"}, ["qwen3-8b", "llama-3.1-8b", "llama-3.3-70b", "tiny-llama"]),
     ({"slice": "v5e-8"}, ["v5e-8", "v6e"]),
     ({"slice": "v6e-3"}, ["v6e-3"]),
     ({"input_len": 0}, ["--input-len", "0"]),
@@ -76,11 +76,7 @@ def test_kv_cache_that_does_not_fit_names_the_largest_concurrency_and_length(no_
 
 # --- one small model, compiled for v6e-1 (cached under results/serve_compiles) ------------
 
-SMALL = ServePreset("tiny-llama", "hf:llama", "LlamaForCausalLM", "test/tiny",
-                    {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-                     "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128,
-                     "vocab_size": 1024, "max_position_embeddings": 4096,
-                     "tie_word_embeddings": False})
+SMALL = PRESETS["tiny-llama"]
 
 
 def _request(**kwargs) -> P.ServeRequest:
@@ -120,8 +116,10 @@ def test_kv_capacity_is_where_the_compiler_starts_refusing():
     _, at = _decode(fit)
     assert not isinstance(at, DoesNotFit), at
     assert at.memory["fits"]
-    # One MiB of pages past the capacity: the compiler refuses, in its own words.
-    _, over = _decode(fit + max(1, int(2**20 // page)))
+    # 4 MiB of pages past it (0.01% of the chip), the compiler refuses, in its own words.
+    # (Probed with libtpu 0.0.48: this program fits at 31.2405 GiB and is refused from
+    # 31.2425 GiB; the workbench's usable HBM is 31.24 GiB.)
+    _, over = _decode(fit + int(4 * 2**20 // page))
     assert isinstance(over, DoesNotFit)
     assert "RESOURCE_EXHAUSTED" in over.message or "HBM" in over.message
 

@@ -52,6 +52,12 @@ PRESETS: dict[str, ServePreset] = {p.name: p for p in (
                 "meta-llama/Llama-3.3-70B-Instruct",
                 {**_LLAMA, "hidden_size": 8192, "intermediate_size": 28672,
                  "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8}),
+    # Two small layers: what smoke runs, CI and the tests compile (seconds, not minutes).
+    ServePreset("tiny-llama", "hf:llama", "LlamaForCausalLM", "(tiny: no published weights)",
+                {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+                 "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128,
+                 "vocab_size": 1024, "max_position_embeddings": 4096,
+                 "tie_word_embeddings": False}),
     ServePreset("qwen3-8b", "hf:qwen3", "Qwen3ForCausalLM", "Qwen/Qwen3-8B",
                 {**_QWEN3, "hidden_size": 4096, "intermediate_size": 12288,
                  "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8}),

@@ -18,3 +18,18 @@ def serving_runs() -> pd.DataFrame:
     import pandas as pd
 
     return pd.read_csv(RUNS_CSV)
+
+
+RECORD_CSV = Path(__file__).with_name("bench_record.csv")
+
+
+def serving_record() -> pd.DataFrame | None:
+    """The published runs with their predictions as last recorded by ``scripts/bench_serve.py
+    --record`` (None before any record): ``itl_pred``, ``ttft_pred``, their ratios and the rule
+    of thumb's, per run."""
+    import pandas as pd
+
+    if not RECORD_CSV.exists():
+        return None
+    return serving_runs().merge(pd.read_csv(RECORD_CSV).drop(
+        columns=["model", "engine", "slice"], errors="ignore"), on="run")

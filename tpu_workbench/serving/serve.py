@@ -134,5 +134,16 @@ def commands(plan: P.ServePlan) -> str:
     return _commands(plan)
 
 
-def describe(plan: P.ServePlan) -> dict[str, Any]:
-    return {"label": plan.label, "command": plan.command, "notes": plan.notes}
+def hbm_parts(plan: P.ServePlan) -> Any:
+    """What fills one chip's HBM in the plan's decode program (the compiler's memory): weights,
+    the KV cache vLLM allocates, the rest, and what is left; one row per part."""
+    import pandas as pd
+
+    row = plan.frame.iloc[-1]
+    weights = row["compiler_gb_per_chip"] - row["kv_gb_per_chip"]
+    kv, total, hbm = row["kv_gb_per_chip"], row["compiler_gb_per_chip"], row["hbm_gb"]
+    other = plan.programs.query("kind == 'step'")["temp_gb"].max()
+    label = f"{plan.request.preset.name} on v6e-{plan.request.tp}"
+    parts = {"weights": weights - other, "KV cache": kv, "temporaries and other": other,
+             "free": max(hbm - total, 0.0)}
+    return pd.DataFrame([{"plan": label, "part": k, "gb": v} for k, v in parts.items()])
