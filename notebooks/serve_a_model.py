@@ -133,29 +133,34 @@ def _(form):
 
 @app.cell
 def _(plans, published):
-    mo.stop(not plans)
-    curve = pd.concat([p.frame.assign(slice=s) for s, p in plans.items()])
-    _preset = next(iter(plans.values())).request.preset.name
-    _pub = published[published.preset == _preset]
-    _pub = _pub.assign(output_tokens_per_s_per_chip=_pub.output_tokens_per_s / _pub.tp)
-    _knee = curve.loc[curve.output_tokens_per_s_per_chip.idxmax()]
-    mo.vstack([
-        mo.md(f"### Latency against throughput\n\nThe most tokens per chip predicted here: "
-              f"**{_knee.output_tokens_per_s_per_chip:,.0f}/s** on {_knee.slice} at "
-              f"concurrency {_knee.concurrency} (ITL {_knee.itl_mean_ms:.1f} ms, bound by "
-              f"{_knee.bottleneck}). {len(_pub)} published run(s) of {_preset} on the chart."),
-        charts.latency_throughput(curve, _pub),
-    ])
+    curve = pd.concat([p.frame.assign(slice=s) for s, p in plans.items()]) if plans else None
+    if curve is None:
+        mo.output.replace(mo.callout(mo.md("No plan to draw: its error is above."),
+                                     kind="warn"))
+    else:
+        _preset = next(iter(plans.values())).request.preset.name
+        _pub = published[published.preset == _preset]
+        _pub = _pub.assign(output_tokens_per_s_per_chip=_pub.output_tokens_per_s / _pub.tp)
+        _knee = curve.loc[curve.output_tokens_per_s_per_chip.idxmax()]
+        mo.output.replace(mo.vstack([
+            mo.md(f"### Latency against throughput\n\nThe most tokens per chip predicted "
+                  f"here: **{_knee.output_tokens_per_s_per_chip:,.0f}/s** on {_knee.slice} at "
+                  f"concurrency {_knee.concurrency} (ITL {_knee.itl_mean_ms:.1f} ms, bound by "
+                  f"{_knee.bottleneck}). {len(_pub)} published run(s) of {_preset} on the "
+                  "chart."),
+            charts.latency_throughput(curve, _pub),
+        ]))
     return (curve,)
 
 
 @app.cell
 def _(curve):
-    nb.table(curve[["slice", "concurrency", "itl_median_ms", "itl_mean_ms", "ttft_ms",
-                    "output_tokens_per_s_per_chip", "kv_sequences_fit", "fits", "bottleneck",
-                    "weights_read_ms", "kv_read_ms", "allreduce_ms", "compute_ms",
-                    "rule_of_thumb_itl_ms", "compiler_said"]].round(2),
-             label="serve.csv per slice: predicted from the compiled programs (not run)")
+    (nb.table(curve[["slice", "concurrency", "itl_median_ms", "itl_mean_ms", "ttft_ms",
+                     "output_tokens_per_s_per_chip", "kv_sequences_fit", "fits", "bottleneck",
+                     "weights_read_ms", "kv_read_ms", "allreduce_ms", "compute_ms",
+                     "rule_of_thumb_itl_ms", "compiler_said"]].round(2),
+              label="serve.csv per slice: predicted from the compiled programs (not run)")
+     if curve is not None else mo.md(""))
     return
 
 
