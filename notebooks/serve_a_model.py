@@ -72,10 +72,11 @@ def _():
                   f"{_rule.rule_ratio:.2f}. TTFT: median {_judged.ttft_ratio.median():.2f}. "
                   "_Predicted: compiled by libtpu, not run; published: as the source "
                   "tabulates it._"),
-            nb.table(record[["run", "preset", "engine", "engine_version", "date", "slice",
-                             "concurrency", "itl_ms", "itl_pred", "itl_ratio", "rule_itl",
-                             "rule_ratio", "ttft_ms", "ttft_pred", "ttft_ratio"]].round(3),
-                     label="published runs and their predictions")]))
+            nb.table(record.assign(version=record.engine_version.str[:12])[[
+                "run", "engine", "version", "concurrency", "itl_ms", "itl_pred", "itl_ratio",
+                "rule_ratio", "ttft_ms", "ttft_pred", "ttft_ratio"]].round(2),
+                label="published runs (source, date and flags: serving_runs.csv) and their "
+                      "predictions", page_size=len(record))]))
     return (published,)
 
 
@@ -155,11 +156,11 @@ def _(plans, published):
 
 @app.cell
 def _(curve):
-    (nb.table(curve[["slice", "concurrency", "itl_median_ms", "itl_mean_ms", "ttft_ms",
-                     "output_tokens_per_s_per_chip", "kv_sequences_fit", "fits", "bottleneck",
-                     "weights_read_ms", "kv_read_ms", "allreduce_ms", "compute_ms",
-                     "rule_of_thumb_itl_ms", "compiler_said"]].round(2),
-              label="serve.csv per slice: predicted from the compiled programs (not run)")
+    (nb.table(curve[["slice", "concurrency", "itl_mean_ms", "rule_of_thumb_itl_ms", "ttft_ms",
+                     "output_tokens_per_s_per_chip", "kv_sequences_fit", "bottleneck",
+                     "compiler_said"]].round(2),
+              label="serve.csv per slice (predicted from the compiled programs, not run; "
+                    "every column: `tpu-workbench serve-plan`)")
      if curve is not None else mo.md(""))
     return
 
@@ -190,7 +191,9 @@ def _(plans):
               "step programs**), so a step of any size pads up to the next bucket and never "
               "compiles again while serving (as the generation notebook's `bucketed` strategy "
               "does). Those this plan needed, compiled by libtpu:"),
-        nb.table(_p.programs.round(3), label="compiled programs"),
+        nb.table(_p.programs[["program", "num_tokens", "num_reqs", "attention_kernels",
+                              "all_reduces", "total_gb", "compile_s", "cached"]].round(2),
+                 label=f"compiled programs: {_p.label}"),
         mo.md(f"Command: `{_p.command}`"),
     ])
     return
@@ -201,12 +204,13 @@ def _():
     mo.md(r"""
     ## Workshop exercise
 
-    Llama-3.3-70B on one v6e-8 (tensor parallel 8), prompts of 1000 tokens and answers of
-    1000. Each decode step reads the weights on a chip once, and the KV pages of every running
-    sequence. **At how many concurrent sequences do the KV pages read per step weigh as much
-    as the weights** (where decode stops being weight-bound)? Work it out from the model's
-    shape: bf16 weights (70.6 B parameters), 80 layers, 8 KV heads of 128, every matrix and KV
-    head split over the 8 chips; a sequence holds, on average, its prompt and half its answer.
+    Llama-3.3-70B on one v6e-8 (tensor parallel 8), with prompts of 1000 tokens and
+    answers of 1000 tokens. Each decode step reads the weights on a chip once, and the KV
+    pages of every running sequence. **At how many concurrent sequences do the KV pages read
+    per step weigh as much as the weights** (where decode stops being weight-bound)? Work it
+    out from the model's shape: bf16 weights (70.6 B parameters), 80 layers, 8 KV heads of
+    128, every matrix and KV head split over the 8 chips; a sequence holds, on average, its
+    prompt and half its answer.
     """)
     return
 

@@ -82,12 +82,18 @@ def rows_for(runs: pd.DataFrame, planned: dict, overhead: float | None = None,
     return pd.DataFrame(rows)
 
 
+_LOADED: dict[int, dict] = {}
+
+
 def _programs(plan) -> dict:
+    """The plan's compiled programs (cached on disk; loaded and parsed once per plan here)."""
     from tpu_workbench.serving.compile import compile_programs
 
-    r = plan.request
-    request = P.engine_request(r, plan.engine["num_blocks"])
-    return compile_programs(request, P.programs_for(r), f"v6e-{r.tp}")
+    if id(plan) not in _LOADED:
+        r = plan.request
+        request = P.engine_request(r, plan.engine["num_blocks"])
+        _LOADED[id(plan)] = compile_programs(request, P.programs_for(r), f"v6e-{r.tp}")
+    return _LOADED[id(plan)]
 
 
 def fit(runs: pd.DataFrame, planned: dict) -> tuple[float, float]:

@@ -45,8 +45,8 @@ TP_TOPOLOGY = {1: ("v6e:1x1", [1, 1, 1]), 4: ("v6e:2x2", None), 8: ("v6e:2x4", N
 # Fitted on ONE published row (serving_runs.csv, run Q8-V-8: vLLM, Qwen3-8B on a v6e-4 at
 # concurrency 8, 1024/1024 tokens) by scripts/bench_serve.py --fit; judged on the rest.
 FIT_ROW = "Q8-V-8"
-STEP_OVERHEAD_MS = 0.0
-PREFILL_MXU_EFFICIENCY = 1.0
+STEP_OVERHEAD_MS = 5.328
+PREFILL_MXU_EFFICIENCY = 0.232
 
 
 @dataclass(frozen=True)
