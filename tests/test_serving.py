@@ -131,3 +131,19 @@ def test_cli_names_a_bad_flag_before_any_compile(no_compile, capsys):
     assert "--concurrency must be an int, got 'lots'" in capsys.readouterr().err
     assert main(["serve-plan", "--preset", "llama-3.3-70b", "--slice", "v6e-4"]) == 2
     assert "tensor parallel 8" in capsys.readouterr().err
+
+
+def test_launch_serve_prints_the_server_and_its_benchmarks(no_compile, capsys, monkeypatch):
+    from tpu_workbench.cli import main
+    from tpu_workbench.scale import serve_launch
+
+    args = ["launch", "--serve", "--slice", "v6e-8", "--model", "hf:llama", "--preset",
+            "llama-3.3-70b", "--concurrency", "1,64"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 8 " \
+           "--max-num-seqs 64" in out
+    assert out.count("vllm bench serve") == 2 and "--max-concurrency 64" in out
+    monkeypatch.setattr(serve_launch.shutil, "which", lambda name: None)  # no vllm here
+    assert main([*args, "--execute"]) == 1
+    assert "vllm is not installed here" in capsys.readouterr().err
