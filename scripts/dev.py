@@ -4,7 +4,8 @@
     python3 scripts/dev.py quickstart [marimo edit args...]   # set up, then open the quickstart
     python3 scripts/dev.py test [pytest args...]              # set up, then lint + the whole suite,
                                                               # then (no args) the TorchTPU set
-    python3 scripts/dev.py setup                              # only set up (.venv, .venv-libtpu)
+    python3 scripts/dev.py setup                              # only set up (.venv, .venv-libtpu,
+                                                              # .venv-serve)
     python3 scripts/dev.py setup-torchtpu                     # set up .venv-torchtpu only
     python3 scripts/dev.py test-torchtpu [pytest args...]     # set it up, run tests_torchtpu/
 
@@ -15,6 +16,11 @@ idempotent and fast the second time.
 .venv-libtpu holds libtpu's TPU compiler (jax 0.10.2 + libtpu 0.0.51, requirements-libtpu.txt):
 tpu_workbench.tpu_compile runs it in a process of its own to compile a traced step for a named
 TPU slice with no chip. It is small and set up with .venv.
+
+.venv-serve holds vLLM-TPU's JAX engine (tpu-inference 0.32.0 --no-deps, jax 0.11.2, libtpu
+0.0.48, flax 0.12.10: requirements-serve.txt) on a Python 3.12 found on PATH or under pyenv:
+tpu_workbench.serving compiles the serving engine's model step in it. No 3.12: set-up says so
+and skips it.
 
 The second environment, .venv-torchtpu, holds TorchTPU (torch_tpu 0.2.0 + libtpu), which needs
 torch >= 2.11 and so cannot live beside torch_xla 2.9: torch 2.13 (CPU build), torch_tpu, the
@@ -44,6 +50,10 @@ LIBTPU_VENV = ROOT / ".venv-libtpu"
 LIBTPU_PY = LIBTPU_VENV / "bin" / "python"
 LIBTPU_STAMP = LIBTPU_VENV / ".tpu-workbench-setup"
 LIBTPU_REQUIREMENTS = ROOT / "requirements-libtpu.txt"
+SERVE_VENV = ROOT / ".venv-serve"
+SERVE_PY = SERVE_VENV / "bin" / "python"
+SERVE_STAMP = SERVE_VENV / ".tpu-workbench-setup"
+SERVE_REQUIREMENTS = ROOT / "requirements-serve.txt"
 
 
 def _run(cmd: list[str], **kwargs) -> None:
@@ -74,6 +84,48 @@ def setup_libtpu() -> None:
         _run([sys.executable, "-m", "venv", str(LIBTPU_VENV)])
     _run([str(LIBTPU_PY), "-m", "pip", "install", "-q", "-r", str(LIBTPU_REQUIREMENTS)])
     LIBTPU_STAMP.write_text(want + "\n")
+
+
+def python312() -> str | None:
+    """A Python 3.12 interpreter (.venv-serve needs one: jax 0.11): this one, one on PATH, or
+    pyenv's newest 3.12."""
+    if sys.version_info[:2] == (3, 12):
+        return sys.executable
+    found = shutil.which("python3.12")
+    pyenv = sorted(Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+                   .glob("versions/3.12.*/bin/python3.12"))
+    for candidate in ([found] if found else []) + [str(p) for p in reversed(pyenv)]:
+        if subprocess.run([candidate, "-c", "import venv, sys; assert sys.version_info[:2] == "
+                           "(3, 12)"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+def setup_serve() -> None:
+    """Create .venv-serve (tpu-inference, vLLM-TPU's JAX engine, with jax/libtpu/flax pinned as
+    it pins them: tpu_workbench.serving compiles its model step in a process of its own),
+    unless already done for the current requirements. Without a Python 3.12, says so and
+    leaves the rest of the workbench as it is."""
+    want = hashlib.sha256(SERVE_REQUIREMENTS.read_bytes()).hexdigest()
+    if SERVE_PY.exists() and SERVE_STAMP.exists() and SERVE_STAMP.read_text().strip() == want:
+        return
+    python = python312()
+    if python is None:
+        print("note: no Python 3.12 found (on PATH or under pyenv), so .venv-serve (vLLM-TPU's "
+              "engine, for `tpu-workbench serve-plan`) is not set up; everything else works. "
+              "Install a Python 3.12 and run `python3 scripts/dev.py setup` again.", flush=True)
+        return
+    started = time.monotonic()
+    if not SERVE_PY.exists():
+        _run([python, "-m", "venv", str(SERVE_VENV)])
+    lines = [line.split("#")[0].strip() for line in SERVE_REQUIREMENTS.read_text().splitlines()]
+    no_deps = [line.split("#")[0].strip() for line in SERVE_REQUIREMENTS.read_text().splitlines()
+               if "--no-deps" in line.split("#", 1)[-1] and line.split("#")[0].strip()]
+    _run([str(SERVE_PY), "-m", "pip", "install", "-q",
+          *[line for line in lines if line and line not in no_deps]])
+    _run([str(SERVE_PY), "-m", "pip", "install", "-q", "--no-deps", *no_deps])
+    SERVE_STAMP.write_text(want + "\n")
+    print(f"set up {SERVE_VENV.name} in {time.monotonic() - started:.0f} s", flush=True)
 
 
 def setup_torchtpu() -> None:
@@ -131,6 +183,7 @@ def main(argv: list[str]) -> int:
         return test_torchtpu(rest)
     setup()
     setup_libtpu()
+    setup_serve()
     bin_dir = VENV / "bin"
     if command == "setup":
         return 0

@@ -556,6 +556,20 @@ def _calibration(tmp, mp, ok):
     return FakeChip(tmp, lambda spec: _gpt2_run(spec, 9.0))
 
 
+def _serving(tmp, mp, ok):
+    from tpu_workbench.scale import serve_launch
+    from tpu_workbench.serving import serve
+
+    measured = pd.DataFrame({"concurrency": [1, 8], "itl_mean_ms": [10.0, 12.0],
+                             "ttft_ms": [50.0, 200.0]})
+    scale = 1.1 if ok else 2.0  # predicted / measured
+    mp.setattr(serve_launch, "missing", lambda: None)
+    mp.setattr(serve_launch, "execute", lambda launch, out: measured)
+    mp.setattr(serve, "serve_plan", lambda *a, **k: SimpleNamespace(frame=measured.assign(
+        itl_mean_ms=measured.itl_mean_ms * scale, ttft_ms=measured.ttft_ms * scale)))
+    return FakeChip(tmp, None)
+
+
 SCENARIOS = {  # check -> (scenario, what its fail says)
     "detection": (_detection, "the worker sees 1 x cpu"),
     "device_kind": (_device_kind, "PCI says TPU v5e: they disagree"),
@@ -577,6 +591,7 @@ SCENARIOS = {  # check -> (scenario, what its fail says)
     "chip_metrics": (_chip_metrics, "HBM in use 6 bytes"),
     "generation": (_generation, "static_cache compiled 9 time(s)"),
     "calibration": (_calibration, "passes within 1.50-3.75 ms"),
+    "serving": (_serving, "worst 2.00"),
 }
 
 

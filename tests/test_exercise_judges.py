@@ -223,3 +223,16 @@ def test_port_your_model_masked_max():
     assert "not x" in ex.judge_masked("torch.where(h > 0.5, h, x).max()")[1]
     assert ex.judge_masked("torch.where(")[0] == "warn"
     assert ex.judge_masked("")[0] == "neutral"
+
+
+def test_serve_a_model_crossover_by_hand():
+    from tpu_workbench.exercises import serve_a_model
+
+    # By hand: Llama-3.3-70B has 70.55e9 parameters: 141.1 GB of bf16, 17.64 GB on each of 8
+    # chips. A token keeps K and V of 8 heads x 128 x 2 B x 80 layers = 327,680 B, 40,960 B a
+    # chip; a sequence holds 1000 + 500 tokens on average: 61.44 MB a chip. 17.64e9 / 61.44e6.
+    assert serve_a_model.crossover() == pytest.approx(287.1, rel=2e-3)
+    assert serve_a_model.judge(290)[0] == "success"
+    assert "half its answer" in serve_a_model.judge(215)[1]  # every token for the whole decode
+    assert "tensor-parallel chips" in serve_a_model.judge(287 * 8)[1]
+    assert serve_a_model.judge(None)[0] == "warn"

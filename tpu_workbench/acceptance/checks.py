@@ -313,6 +313,30 @@ def check_calibration(ctx: Context) -> Outcome:
     return judge.judge_calibration(calibration(row, measured))
 
 
+SERVE_TOLERANCE = 0.3  # measured ITL and TTFT within 30% of the serving plan's
+
+
+def check_serving(ctx: Context) -> Outcome:
+    """vLLM-TPU serving Llama-3.1-8B on one chip (`launch --serve --execute`): measured ITL and
+    TTFT at concurrency 1 and 8 against `wb.serve_plan`'s prediction of the same flags."""
+    from ..scale.serve_launch import execute, missing, serve_launch
+    from ..serving.serve import serve_plan
+
+    why = missing()
+    if why:
+        return Outcome("needs vllm-tpu", why)
+    args = ("hf:llama", "llama-3.1-8b", f"{chips.get_chip(_kind(ctx)).name}-1", 512, 128, (1, 8))
+    measured = execute(serve_launch(*args), ctx.out / "serving").set_index("concurrency")
+    ctx.pool.release_chip()
+    predicted = serve_plan(*args).frame.set_index("concurrency")
+    ratios = {f"{k}_c{c}": float(predicted.loc[c, k] / measured.loc[c, k])
+              for c in measured.index for k in ("itl_mean_ms", "ttft_ms")}
+    worst = max(ratios.values(), key=lambda x: abs(x - 1))
+    return judge.passed(abs(worst - 1) <= SERVE_TOLERANCE,
+                        f"predicted / measured, worst {worst:.2f} (tolerance "
+                        f"{SERVE_TOLERANCE:.0%})", **ratios)
+
+
 # --------------------------------------------------------------------------------------------
 # The one list (the README's "Only on a TPU" section is tested against it, both ways)
 # --------------------------------------------------------------------------------------------
@@ -359,6 +383,8 @@ CHECKS: tuple[Check, ...] = (
           "tpu+torch_tpu", check_generation),
     Check("calibration", "predicted vs measured step time (calibration of `wb.predict`)", "tpu",
           check_calibration),
+    Check("serving", "vLLM-TPU serving Llama-3.1-8B (`launch --serve --execute`): measured ITL "
+          "and TTFT against `wb.serve_plan`", "tpu", check_serving),
 )
 
 

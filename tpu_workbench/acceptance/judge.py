@@ -20,7 +20,8 @@ from typing import Any
 
 from ..environment import chips
 
-STATUSES = ("pass", "fail", "needs a TPU", "needs torch_xla", "needs TorchTPU", "not wired")
+STATUSES = ("pass", "fail", "needs a TPU", "needs torch_xla", "needs TorchTPU", "not wired",
+            "needs vllm-tpu")
 GIB = 2**30
 
 # The workbench's optimizer is fp32 AdamW, one parameter at a time (worker/backend.py

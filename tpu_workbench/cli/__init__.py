@@ -45,6 +45,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = 
                 _subcommand("compile", "compile")),
     "predict": ("predicted TPU step time, MFU and bottleneck per slice and strategy",
                 _subcommand("predict", "predict")),
+    "serve-plan": ("vLLM-TPU serving a model on a v6e slice: its programs compiled by libtpu, "
+                   "ITL, TTFT, tokens/s and KV capacity per concurrency: serve.csv",
+                   _subcommand("serve_plan", "serve_plan")),
     "generate": ("decode strategies x modes: tokens.csv, summary.csv and charts",
                  _subcommand("generate", "generate")),
     "sweep": ("a grid of runs on the local pool or a Ray cluster: steps/summary.csv, charts",

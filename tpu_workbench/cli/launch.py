@@ -43,6 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device mesh over every chip of the slice (default: the "
                              "strategy's: 16 for fsdp on v6e-16, 4x4 for dp_tp)")
     parser.add_argument("--strategy", default="fsdp", help="dp, fsdp, tp or dp_tp")
+    parser.add_argument("--serve", action="store_true",
+                        help="serve --model/--preset with vLLM-TPU instead: the `vllm serve` "
+                             "command of `tpu-workbench serve-plan` and `vllm bench serve` at "
+                             "--concurrency (with --execute: run here, where vllm-tpu is "
+                             "installed; measured.csv in --out)")
+    parser.add_argument("--input-len", type=int, default=1000, help="--serve: prompt tokens")
+    parser.add_argument("--output-len", type=int, default=1000, help="--serve: output tokens")
+    parser.add_argument("--concurrency", default="1,8,64", help="--serve: comma-separated")
+    parser.add_argument("--out", default="serve-launch", help="--serve --execute: results")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--execute", action="store_true",
                         help="run the plan (only where its launcher and credentials exist)")
@@ -50,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def launch(args: argparse.Namespace) -> int:
     """Print the plan (checked before anything runs); with ``--execute``, run it."""
+    if args.serve:
+        return _serve(args)
     hostnames = [h.strip() for h in args.hostnames.split(",") if h.strip()] \
         if args.hostnames else None
     plan = launch_plan(args.slice, args.runtime, args.via, model=args.model,
@@ -65,3 +76,30 @@ def launch(args: argparse.Namespace) -> int:
     for i, code in enumerate(codes):
         print(f"launch command {i}: exit code {code}", file=sys.stderr)
     return 0 if all(c == 0 for c in codes) else 1
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..errors import SpecError
+    from ..scale.serve_launch import execute as run_serve
+    from ..scale.serve_launch import missing, serve_launch
+
+    try:
+        concurrency = tuple(int(c) for c in args.concurrency.split(",") if c.strip())
+    except ValueError:
+        raise SpecError(f"--concurrency must be ints, got {args.concurrency!r}") from None
+    model = "hf:llama" if args.model == "mingpt" else args.model
+    preset = "llama-3.1-8b" if args.preset == "tiny" else args.preset
+    launch = serve_launch(model, preset, args.slice, args.input_len, args.output_len,
+                          concurrency)
+    print(launch.text(), flush=True)
+    if not args.execute:
+        return 0
+    why = missing()
+    if why:
+        print(f"not run: {why}", file=sys.stderr)
+        return 1
+    frame = run_serve(launch, Path(args.out))
+    print(frame.dropna(axis=1, how="all").to_string(index=False))
+    return 0
