@@ -7,6 +7,11 @@ changing, then writes the whole notebook as numbered pieces (`<nb>-01.png`, `<nb
 
     .venv/bin/python scripts/screenshot_notebooks.py notebooks/resnet.py --out /tmp/shots --smoke
     .venv/bin/python scripts/screenshot_notebooks.py --out /tmp/shots       # every notebook
+    .venv/bin/python scripts/screenshot_notebooks.py --site site --out /tmp/shots   # the site
+
+`--site DIR` shoots the static site `tpu-workbench docs` wrote, page by page, as a workshop
+attendee reads it: served over HTTP on loopback, every other request blocked (it must need
+no internet), nothing run.
 
 Two traps it avoids:
 - `marimo edit` shows the last session snapshot (`notebooks/__marimo__/session/`) as outputs
@@ -208,6 +213,58 @@ def screenshot(notebook: Path, out: Path, env: dict[str, str],
     return paths, bool(failed or errors)
 
 
+@contextmanager
+def served(folder: Path):
+    """`folder` served over HTTP on a free loopback port (a thread); yields its URL."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+
+
+def shoot_site(site: Path, out: Path, pages: list[str] | None = None) -> int:
+    """Screenshot every page of a static site (or `pages`, by stem); 1 where a page failed to
+    draw, asked for anything off this machine, or raised a script error."""
+    bad = []
+    stems = pages or sorted(p.stem for p in site.glob("*.html") if p.stem != "index")
+    with served(site) as url, browser() as b:
+        for stem in ["index", *stems]:
+            page = b.new_page(viewport={"width": WIDTH, "height": PIECE})
+            outside, errors = [], []
+            page.route("**/*", lambda r, outside=outside: r.continue_()
+                       if r.request.url.startswith(url)
+                       else (outside.append(r.request.url), r.abort()))
+            page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+            page.goto(f"{url}{stem}.html")
+            if stem == "index":
+                page.wait_for_timeout(500)
+                page.screenshot(path=str(out / "index-01.png"), full_page=True)
+                paths = [out / "index-01.png"]
+            else:
+                page.locator(".marimo-cell").first.wait_for(timeout=120_000)
+                page.wait_for_timeout(3000)  # charts and tables draw after the cells
+                paths = shoot(page, out, stem)
+            note = f"{len(paths)} piece(s)"
+            if outside or errors:
+                bad.append(stem)
+                note += f"; blocked {outside[:3]}; errors {errors[:3]}"
+            print(f"{stem}: {note}", file=sys.stderr)
+            for path in paths:
+                print(path)
+            page.close()
+    if bad:
+        print(f"problems in: {', '.join(bad)}", file=sys.stderr)
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("notebooks", nargs="*", type=Path,
@@ -218,7 +275,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds to wait for each notebook to go idle (default 900)")
     ap.add_argument("--results", type=Path,
                     help="TPU_WORKBENCH_RESULTS folder (default: a fresh temporary folder)")
+    ap.add_argument("--site", type=Path,
+                    help="shoot this static site's pages (`tpu-workbench docs`) instead")
     args = ap.parse_args(argv)
+    if args.site is not None:
+        if not (args.site / "index.html").is_file():
+            ap.error(f"{args.site} holds no site (no index.html): tpu-workbench docs --out DIR")
+        args.out.mkdir(parents=True, exist_ok=True)
+        return shoot_site(args.site, args.out, [nb.stem for nb in args.notebooks] or None)
     # On SIGTERM (timeout, kill) unwind, so the marimo servers and their workers are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     notebooks = args.notebooks or sorted((ROOT / "notebooks").glob("*.py"))
