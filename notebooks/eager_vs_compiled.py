@@ -58,11 +58,11 @@ def _():
 
 @app.cell
 def _(cold, model, modes, run_modes, steps):
-    # Smoke mode (CI): the smallest model, few steps, shared warm workers; the same modes.
+    # Smoke mode (CI): the smallest model and few steps; the same modes, each in a fresh worker.
     _modes = wb.comparison_modes() if SMOKE else modes.value
     _specs = [wb.ExperimentSpec(model="mlp" if SMOKE else model.value, preset="tiny",
                                 mode=_m, steps=3 if SMOKE else steps.value) for _m in _modes]
-    comparison = (SECTIONS.run_live("modes", run_modes, _specs, cold=cold.value and not SMOKE,
+    comparison = (SECTIONS.run_live("modes", run_modes, _specs, cold=cold.value,
                                     waiting="Press **run** above to measure these settings.")
                   if _specs else None)
     if not _specs:

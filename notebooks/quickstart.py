@@ -91,9 +91,8 @@ def _(model, modes, run_training, steps):
     _specs = [wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else model.value, preset="tiny",
                                 mode=_m, steps=5 if SMOKE else steps.value)
               for _m in modes.value]
-    # A fresh worker per mode (a warm one would serve `compile` the graph `lazy` compiled);
-    # smoke runs (CI) share workers.
-    comparison = (SECTIONS.run_live("training", run_training, _specs, cold=not SMOKE,
+    # A fresh worker per mode (a warm one would serve `compile` the graph `lazy` compiled).
+    comparison = (SECTIONS.run_live("training", run_training, _specs, cold=True,
                                     final_chart=False) if _specs else None)
     step_chart = None
     if not _specs:

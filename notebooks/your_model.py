@@ -145,7 +145,7 @@ def _(model_ref, modes, options, preset, run_training, steps):
     specs = [wb.ExperimentSpec(model=model_ref, preset=preset, options=options, mode=_m,
                                steps=3 if SMOKE else steps.value) for _m in modes.value]
     if specs:
-        comparison = SECTIONS.run_live("training", run_training, specs, cold=not SMOKE,
+        comparison = SECTIONS.run_live("training", run_training, specs, cold=True,
                                        waiting="Press **run** above to train with these "
                                                "settings.")
     else:

@@ -103,6 +103,8 @@ def _cell(value) -> str:
         return ""
     if isinstance(value, bool):
         return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value):,}"  # 197.0 reads 197, as marimo's own tables show it
     if isinstance(value, int | float):
         return f"{value:,}"
     return str(value)
