@@ -103,3 +103,18 @@ def test_run_live_leaves_the_finished_chart_to_a_caller_that_draws_its_own(resul
     shown.clear()
     runs = notebook.run_live([spec], reuse=True, final_chart=False)
     assert runs.results[0].reused and len(runs.steps) == 3 and shown == []
+
+
+def test_a_site_page_holds_every_row_of_a_long_table(monkeypatch):
+    """A static page holds only a table's first page ("Showing the first 6 of 8 rows"): while
+    the site is exported, a table's page is all its rows (up to EXPORTED_ROWS)."""
+    import pandas as pd
+
+    from tpu_workbench.notebook import tables
+
+    frame = pd.DataFrame({"n": range(8)})
+    assert notebook.table(frame, page_size=6)._component_args["page-size"] == 6
+    monkeypatch.setenv(notebook.FRESH_ENV, "1")
+    assert notebook.table(frame, page_size=6)._component_args["page-size"] == 8
+    huge = pd.DataFrame({"n": range(tables.EXPORTED_ROWS + 50)})
+    assert notebook.table(huge)._component_args["page-size"] == tables.EXPORTED_ROWS

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import re
 from typing import Any
 
-from .sections import RUN_FAILED
+from .sections import FRESH_ENV, RUN_FAILED
 
 
 def failed_run_callout(name: str, error: object):
@@ -65,6 +66,8 @@ def rounded(frame, decimals: int = 2, significant: int = 3):
 # Attribute of a small table drawn as plain HTML (:func:`table`): its label, so that the docs
 # build and the tests read it back like marimo's own tables (docs.exported_tables).
 STATIC_TABLE = "data-tpu-table"
+# The most rows a table of the static site holds (a longer one says how many it left out).
+EXPORTED_ROWS = 200
 # mo.ui.table options that only an interactive table has: a table given one stays interactive.
 _INTERACTIVE = {"selection", "initial_selection", "on_change", "pagination", "freeze_columns_left",
                 "freeze_columns_right", "show_download", "text_justify_columns"}
@@ -89,6 +92,10 @@ def table(frame, **kwargs):
             "page_size", 10):
         return static_table(shown, kwargs.get("label"))
     kwargs.setdefault("selection", None)
+    if os.environ.get(FRESH_ENV) == "1":
+        # A static page holds only a table's first page ("Showing the first 6 of 8 rows"):
+        # the site's page holds every row, up to EXPORTED_ROWS, in pages of the same size.
+        kwargs["page_size"] = min(len(shown), EXPORTED_ROWS) or 1
     # Text columns wrap instead of ending in "...": an HLO line or a reason is read whole.
     long_text = [c for c in shown.columns
                  if (shown[c].dtype == object or pd.api.types.is_string_dtype(shown[c]))
