@@ -265,3 +265,26 @@ def test_index_summaries_are_the_pages_own_words_with_math(site):
     assert "…" not in index and "$" not in index and "||(" not in index
     assert "read 6 digits from 0 to 2" in index                      # mingpt's values
     assert '<math xmlns="http://www.w3.org/1998/Math/MathML"' in index  # pallas' T x T
+
+
+def test_generation_page_compiles_what_its_intro_says(site):
+    """The intro said static_cache makes "two compilations per prompt length" beside a chart of
+    3 prefills and 1 decode. Each strategy's programs counted on the page are the hand count
+    of the rule the intro now states (generation.analysis.programs), for the page's prompts."""
+    import importlib.util
+    import re
+
+    from tpu_workbench.generation import analysis
+
+    spec = importlib.util.spec_from_file_location("nb_generation_site",
+                                                  ROOT / "notebooks" / "generation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # the setup cell only: its prompts, tokens and buckets
+    text = docs.exported_text(_site_page(site, "generation"))
+    counted = {s: int(a) + int(b) for s, a, b in re.findall(
+        r"lazy (\w+) : (\d+) prefill and (\d+) decode programs? compiled", text)}
+    assert set(counted) == set(analysis.STRATEGIES), text[:2000]
+    for strategy, n in counted.items():
+        assert n == analysis.programs(strategy, module.PROMPTS, module.NEW_TOKENS,
+                                      module.BUCKETS), strategy
+    assert "one prefill program per prompt length, and a single decode program" in text
