@@ -20,6 +20,10 @@ with app.setup:
     DEFAULT_STEPS = 10
     SLOW_MODELS = ("resnet", "unet")
     SECTIONS = nb.Sections()
+    # The training section's runs on open: where they are not stored, workers start now
+    nb.warm_for([wb.ExperimentSpec(model=SMOKE_MODEL if SMOKE else DEFAULT_MODEL,
+                                   preset="tiny", mode=_m, steps=5 if SMOKE else DEFAULT_STEPS)
+                 for _m in wb.default_modes()], cold=True)
 
 
 @app.cell(hide_code=True)

@@ -118,3 +118,20 @@ def test_a_site_page_holds_every_row_of_a_long_table(monkeypatch):
     assert notebook.table(frame, page_size=6)._component_args["page-size"] == 8
     huge = pd.DataFrame({"n": range(tables.EXPORTED_ROWS + 50)})
     assert notebook.table(huge)._component_args["page-size"] == tables.EXPORTED_ROWS
+
+
+def test_workers_warm_on_open_only_where_a_section_will_measure(results, monkeypatch):
+    """The quickstart's setup starts the worker template where its training section will
+    measure on open (first open), never where it shows stored runs (re-open)."""
+    import tpu_workbench as wb
+    from tpu_workbench.runs import template
+
+    started = []
+    monkeypatch.setattr(template, "warm", lambda: started.append(1))
+    spec = wb.ExperimentSpec(model="mlp", preset="tiny", mode="torch_eager", steps=3)
+    assert notebook.warm_for([spec]) and len(started) == 1  # nothing stored: warm
+    wb.run(spec)  # (its own pool warms the template too)
+    started.clear()
+    assert not notebook.warm_for([spec]) and not started  # stored: no template
+    monkeypatch.setenv(notebook.FRESH_ENV, "1")  # the docs export measures afresh: warm
+    assert notebook.warm_for([spec]) and len(started) == 1

@@ -15,6 +15,7 @@ from .sections import (
     run_live,
     smoke_mode,
     waiting_callout,
+    warm_for,
     with_chip_metrics,
 )
 from .sentences import compiles_by_phase_text, confusion_text, xla_against_pytorch
@@ -55,6 +56,7 @@ __all__ = [
     "RUN_FAILED",
     "WAITS",
     "waiting_callout",
+    "warm_for",
     "smoke_mode",
     "reuse_ok",
     "Sections",

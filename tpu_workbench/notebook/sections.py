@@ -43,6 +43,21 @@ def reuse_ok() -> bool:
     return not smoke_mode() and os.environ.get(FRESH_ENV) != "1"
 
 
+def warm_for(specs: list, cold: bool = False) -> bool:
+    """Start the worker template now, from a notebook's setup cell, where a section will measure
+    `specs` when the page opens: its ``import torch`` (seconds of CPU) then overlaps the cells
+    before that run instead of delaying its first chart. Nothing where every spec has a stored
+    run to show (a re-open must not pay for a template it does not use). Returns whether it
+    started one."""
+    from ..runs.store import reusable
+    from ..runs.template import warm
+
+    if reuse_ok() and all(reusable(s, cold=cold) for s in specs):
+        return False
+    warm()
+    return True
+
+
 def waiting_callout(text: str):
     """The callout a section shows while it waits for a click (markdown `text`), marked with
     :data:`WAITS` so that a static page still waiting fails the docs build."""
