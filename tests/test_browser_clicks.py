@@ -51,6 +51,9 @@ def test_clicking_a_kernel_bar_opens_its_kernels(tmp_path):
             page.goto(url)
             # before any click the table lists the fusions
             _shown(page, r"\d+ kernel\(s\) of kind fusion", 240_000)
+            # and the page has finished opening (libtpu's compile of the step, at its end,
+            # runs on open: a click meanwhile would wait behind it)
+            _shown(page, r"compiled for v6e-1 .* by libtpu", 600_000)
             charts = page.locator(".vega-embed canvas")
             charts.nth(2).wait_for(state="visible", timeout=60_000)
             # the kernel chart: the right one of the two drawn side by side

@@ -171,8 +171,12 @@ def test_new_strategy_and_run_measures_only_that_strategy(tmp_path):
         shots.wait_idle(page, timeout_s=300)
         assert page.evaluate(shots.JS_ERRORS) == 0
         opened = _completed(results)
-        # On open: the picked strategy, then every strategy side by side (dp, fsdp in smoke).
-        assert sorted(s["strategy"] for s in opened.values()) == ["dp", "dp_tp", "fsdp"]
+        # On open: the picked strategy (dp_tp), then every strategy the model takes on the
+        # page's mesh, side by side (smoke runs too: the same strategies as a full run).
+        from tpu_workbench import sharding
+
+        every = sharding.model_strategies("mingpt", "tiny", sharding.MESHES["v6e-8"])
+        assert sorted(s["strategy"] for s in opened.values()) == sorted(["dp_tp", *every])
         workers_on_open = _lines(log)
         assert workers_on_open >= 1
 
