@@ -58,11 +58,15 @@ MEMORY_PARTS = ("param_bytes", "grad_bytes", "optimizer_bytes")
 
 
 def memory_frame(results: list[RunResult]) -> pd.DataFrame:
-    """Memory per rank at the last step of each run: ``strategy``, ``rank``, ``part``
-    (parameters, gradients, optimizer state: the rank's local shards, measured from its
-    tensors), ``bytes``; plus ``rss_bytes`` (the rank's resident memory, the process's whole
-    footprint: Python, torch, the data loader)."""
+    """Training state per rank at the last step of each run, measured beside the workbench's
+    estimate: ``strategy``, ``rank``, ``part`` (param, grad, optimizer), ``bytes``, ``source``
+    (``measured``: the rank's local shards of TorchTitan's tensors; ``estimate``: the
+    workbench's one memory convention, :func:`tpu_workbench.sharding.parameter_shards` of
+    :data:`tpu_workbench.sharding.STATE_BYTES` fp32 per parameter, for the same layout), and
+    ``rss_bytes`` (measured rows: the rank process's whole resident memory)."""
     import pandas as pd
+
+    from .. import sharding
 
     rows = []
     for result in results:
@@ -71,14 +75,30 @@ def memory_frame(results: list[RunResult]) -> pd.DataFrame:
         if not steps:
             continue
         last = steps[-1]
+        rss = last.get("rank_rss_bytes") or []
         for part in MEMORY_PARTS:
             for rank, value in enumerate(last.get(f"rank_{part}") or []):
                 rows.append({"strategy": label, "rank": rank,
                              "part": part.removesuffix("_bytes"), "bytes": value,
-                             "rss_bytes": (last.get("rank_rss_bytes") or [None] * (rank + 1))[
-                                 rank], "run_id": result.run_id})
-    return pd.DataFrame(rows, columns=["strategy", "rank", "part", "bytes", "rss_bytes",
-                                       "run_id"])
+                             "source": "measured",
+                             "rss_bytes": rss[rank] if rank < len(rss) else None,
+                             "run_id": result.run_id})
+        shards = sharding.parameter_shards(result.spec.strategy, _workbench_mesh(result))
+        n_params = result.summary.get("n_params") or 0
+        for part, per_param in zip(MEMORY_PARTS, sharding.STATE_BYTES["float32"], strict=True):
+            rows.append({"strategy": label, "rank": 0, "part": part.removesuffix("_bytes"),
+                         "bytes": n_params * per_param / shards, "source": "estimate",
+                         "rss_bytes": None, "run_id": result.run_id})
+    return pd.DataFrame(rows, columns=["strategy", "rank", "part", "bytes", "source",
+                                       "rss_bytes", "run_id"])
+
+
+def _workbench_mesh(result: RunResult) -> tuple[int, ...]:
+    """The workbench's mesh of a run's layout: (data,) for fsdp, (data, model) otherwise."""
+    degrees = result.summary.get("degrees") or {}
+    if result.spec.strategy in ("fsdp", "dp"):
+        return (max(1, result.spec.ranks),)
+    return (degrees.get("dp_shard", 1), degrees.get("tp", 1))
 
 
 def first_losses(results: list[RunResult]) -> pd.DataFrame:
