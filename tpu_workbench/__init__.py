@@ -101,6 +101,8 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "titan_losses": ("titan.runs", "losses_frame"),
     "titan_memory": ("titan.runs", "memory_frame"),
     "titan_first_losses": ("titan.runs", "first_losses"),
+    "titan_plan": ("planning.titan", "titan_plan"),
+    "titan_recorded_plans": ("planning.titan", "recorded_plans"),
     # notebooks
     "run_live": ("notebook", "run_live"), "smoke_mode": ("notebook", "smoke_mode"),
     "image_grid": ("notebook", "image_grid"),

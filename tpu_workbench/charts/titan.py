@@ -41,7 +41,8 @@ def titan_memory(frame: pd.DataFrame) -> alt.Chart:
     layout. Columns: ``strategy``, ``rank``, ``part``, ``bytes``, ``source``."""
     require_columns(frame, ["strategy", "rank", "part", "bytes", "source"], "titan_memory")
     data = frame.assign(MB=frame["bytes"] / 1e6,
-                        bar=frame["source"] + " r" + frame["rank"].astype(str))
+                        bar=(frame["source"] + " r" + frame["rank"].astype(str)).where(
+                            frame["source"] == "measured", frame["source"]))
     return alt.Chart(data).mark_bar().encode(
         x=alt.X("bar:N", title=None, sort=None, axis=alt.Axis(labelAngle=-40)),
         y=alt.Y("MB:Q", title="MB per rank", stack="zero"),
