@@ -116,3 +116,51 @@ def test_cli_says_what_is_wrong_and_starts_nothing(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 2
     assert "= 6, not the 4 ranks" in capsys.readouterr().err
     assert not list(tmp_path.glob("*titan*"))  # no run folder: nothing started
+
+
+def test_titan_flavors_are_the_hf_llama_presets_the_plan_compiles():
+    from tpu_workbench import models
+    from tpu_workbench.planning import titan as plan
+
+    family = models.get_model(plan.MODEL)
+    for flavor, preset in plan.PRESETS.items():
+        c = {**family.presets[preset].hf,
+             **(plan.DEBUG_OPTIONS if flavor == "debugmodel" else {})}
+        shape = tc.FLAVORS[flavor]
+        assert (c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"],
+                c["num_key_value_heads"], c["intermediate_size"], c["vocab_size"]) == (
+            shape.dim, shape.layers, shape.heads, shape.kv_heads, shape.ffn_hidden,
+            shape.vocab), flavor
+        assert not c.get("tie_word_embeddings"), flavor  # TorchTitan's Llama 3 has its own head
+
+
+def test_a_titan_toml_becomes_a_plan_per_slice(monkeypatch):
+    """TorchTitan's degrees resolved on each slice's chips (data_parallel_shard_degree -1
+    fills it), mapped to the workbench's strategy, model axis and global batch."""
+    import pandas as pd
+
+    from tpu_workbench.planning import titan as plan
+
+    calls = []
+
+    def fake_predict(model, preset, **kw):
+        calls.append((model, preset, kw))
+        return pd.DataFrame([{"slice": kw["slices"][0], "fits": True}])
+
+    monkeypatch.setattr(plan, "predict", fake_predict)
+    frame = plan.titan_plan("llama3_8b", ["v6e-8", "v6e-256"])
+    frame70 = plan.titan_plan("llama3_70b", ["v6e-8", "v6e-256"])
+    got = [(p, kw["strategies"][0], kw["model_axis"], kw["batch_size"], kw["seq_len"],
+            kw["recompute"], kw["attention"]) for _, p, kw in calls]
+    assert got == [
+        ("llama-3.1-8b", "fsdp", None, 8, 8192, True, "flash"),  # 1 sequence x 8 FSDP2 ranks
+        ("llama-3.1-8b", "fsdp", None, 256, 8192, True, "flash"),
+        ("llama-3.1-70b", "tp", 8, 8, 8192, True, "flash"),  # tp 8 takes the whole v6e-8
+        ("llama-3.1-70b", "fsdp_tp", 8, 256, 8192, True, "flash"),  # 32 x 8: 8 x 32 sequences
+    ]
+    assert list(frame["titan_layout"]) == ["FSDP2 8", "FSDP2 256"]
+    assert list(frame70["titan_layout"]) == ["TP 8", "FSDP2 32 x TP 8"]
+    assert "selective activation checkpointing planned as per-block recompute" in \
+        frame["titan_notes"].iloc[0]
+    with pytest.raises(SpecError, match="pipeline"):
+        plan.titan_plan("[parallelism]\npipeline_parallel_degree = 2\n", ["v6e-8"])

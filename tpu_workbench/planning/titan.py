@@ -44,7 +44,8 @@ PRESETS = {"8B": "llama-3.1-8b", "70B": "llama-3.1-70b", "405B": "llama-3.1-405b
            "debugmodel": "tiny"}
 # TorchTitan's debugmodel as a Transformers Llama (tiny preset's fields replaced).
 DEBUG_OPTIONS = {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6,
-                 "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 2048}
+                 "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 2048,
+                 "tie_word_embeddings": False, "max_position_embeddings": 131072}
 TITAN_COLUMNS = ["titan_config", "titan_layout", "titan_degrees", "titan_notes"]
 # TorchTitan's shipped Llama-3 TOMLs planned for a v6e-8 and a v6e-256, as
 # ``python scripts/bench_titan.py --plan --record`` last compiled them (what the scale-out
