@@ -90,8 +90,8 @@ def plan(record: bool) -> int:
     from tpu_workbench.planning import titan as planning
 
     frames = []
-    for config in planning.RECORDED_CONFIGS:
-        for slice_ in planning.RECORDED_SLICES:
+    for slice_ in planning.RECORDED_SLICES:  # the v6e-8 rows first: the smaller compiles
+        for config in planning.RECORDED_CONFIGS:
             started = time.perf_counter()
             frame = planning.titan_plan(config, [slice_], on_progress=lambda m: print(
                 m, file=sys.stderr, flush=True))
@@ -104,12 +104,11 @@ def plan(record: bool) -> int:
                   f"{row.get('compile_s', float('nan')):.0f} s, "
                   f"{time.perf_counter() - started:.0f} s in all; {row.get('reason', '')}",
                   flush=True)
-    table = pd.concat(frames, ignore_index=True)
-    if record:
-        tmp = planning.RECORDED.with_suffix(".tmp")
-        table.to_csv(tmp, index=False)
-        tmp.replace(planning.RECORDED)
-        print(f"wrote {planning.RECORDED}")
+            if record:  # after every row: each is minutes of compiles
+                tmp = planning.RECORDED.with_suffix(".tmp")
+                pd.concat(frames, ignore_index=True).to_csv(tmp, index=False)
+                tmp.replace(planning.RECORDED)
+                print(f"wrote {planning.RECORDED} ({len(frames)} rows)", flush=True)
     return 0
 
 

@@ -164,3 +164,24 @@ def test_a_titan_toml_becomes_a_plan_per_slice(monkeypatch):
         frame["titan_notes"].iloc[0]
     with pytest.raises(SpecError, match="pipeline"):
         plan.titan_plan("[parallelism]\npipeline_parallel_degree = 2\n", ["v6e-8"])
+
+
+def test_a_launch_plan_runs_torchtitan_on_every_host():
+    import json
+    import re
+
+    from tpu_workbench.scale.launch import launch_plan
+
+    titan = ts.titan_spec("llama3_8b", 16, tp=4, steps=10, device="tpu", check_env=False)
+    plan = launch_plan("v6e-16", "torch_tpu", "gcloud", titan=titan)
+    assert len(plan.launch) == 4  # one ssh per host: each its own torchrun --node_rank
+    for i, host in enumerate(plan.host_plans):
+        assert f"--nnodes 4 --node_rank {i} --nproc_per_node 4" in host.command
+        assert "-m tpu_workbench.worker.titan" in host.command
+    job = json.loads(re.search(r"printf %s '(\{.*?\})' >", plan.host_plans[0].command)[1])
+    spec = ts.TitanSpec.from_dict(job["spec"])  # what each rank reads back
+    assert job["device"] == "tpu" and spec.config == "" and spec.config_name == "llama3_8b"
+    assert spec.read().flavor == "8B" and spec.degrees()["tp"] == 4
+    assert spec.degrees()["dp_shard"] == 4 and spec.steps == 10
+    with pytest.raises(SpecError, match="--runtime torch_tpu"):
+        launch_plan("v6e-16", "torch_xla", "gcloud", titan=titan)

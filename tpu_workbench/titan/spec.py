@@ -55,7 +55,17 @@ class TitanSpec(ExperimentSpec):
         return titan_spec(**{**fields, **changes})
 
     def read(self) -> titan_config.TitanConfig:
-        return titan_config.read(self.config, self.config_name)
+        """The TOML (``config`` empty: the shipped one named ``config_name``)."""
+        return titan_config.read(self.config or SHIPPED[self.config_name], self.config_name)
+
+    def compact(self) -> dict[str, Any]:
+        """:meth:`to_dict` with a shipped config's text left out (its name says which), for a
+        job file a launch plan writes on every host."""
+        d = self.to_dict()
+        shipped = SHIPPED.get(self.config_name)
+        if shipped is not None and shipped.read_text() == self.config:
+            d["config"] = ""
+        return d
 
     def degrees(self) -> dict[str, int]:
         return titan_config.resolve_degrees(self.read(), self.ranks, dp_shard=self.dp_shard,
@@ -67,30 +77,19 @@ class TitanSpec(ExperimentSpec):
 
     def gang_launch(self, out_dir: Path) -> tuple[str, str, dict[str, Any]]:
         """What :class:`tpu_workbench.runs.gang.Gang` starts for this run: the interpreter and
-        module of each rank, and what their job file holds besides the spec (TorchTitan's
-        command line, the data made here, the batch). TorchTitan's own output (TensorBoard,
-        checkpoints, where the TOML enables them) goes to ``titan/`` in the run's folder
-        `out_dir`. Makes the data on first use."""
+        module of each rank (their job file holds the spec and the run's folder `out_dir`, for
+        TorchTitan's own output; each rank derives the rest, :func:`rank_job`). Makes the data
+        first, so the ranks do not all make it at once."""
         from . import data
 
-        assets = {k: str(v) for k, v in data.assets().items()}
-        cfg = self.read()
-        degrees = self.degrees()
-        local, total = titan_config.batch(cfg, degrees, self.global_batch)
-        seq = self.seq_len if self.seq_len is not None else cfg.seq_len
-        args = command(self, assets["tokenizer"], str(out_dir / "titan"))
-        from ..environment.paths import cache_dir
+        data.assets()
+        return titan_python(), RANK_MODULE, {"dump_to": str(out_dir)}
 
-        return titan_python(), RANK_MODULE, {
-            "args": args, "assets": assets, "label": titan_config.strategy_label(degrees),
-            "datasets_cache": str(cache_dir() / "titan" / "hf_datasets"),
-            "notes": cfg.notes + LOCAL_NOTES, "degrees": degrees, "local_batch": local,
-            "global_batch": total, "seq_len": seq, "tokens_per_step": total * seq}
-
-    def validate(self) -> TitanSpec:
+    def validate(self, check_env: bool = True) -> TitanSpec:
         """Everything checked before a rank starts: the TOML (keys, types, model), the
         degrees against the ranks, the batch against the data-parallel ranks, the sequence
-        length against tp, steps and seed, and that ``.venv-torchtpu`` holds TorchTitan."""
+        length against tp, steps and seed, and (`check_env`) that ``.venv-torchtpu`` holds
+        TorchTitan here."""
         for name in ("ranks", "steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -117,7 +116,8 @@ class TitanSpec(ExperimentSpec):
             raise SpecError(f"device {self.device!r}: TorchTitan runs here on 'cpu' (gloo) or a "
                             "TPU's 'tpu' device (TorchTitan's own fallback, 'cuda', is not "
                             "offered); use 'auto'")
-        require_titan()
+        if check_env:
+            require_titan()
         return self
 
 
@@ -157,6 +157,26 @@ def command(spec: TitanSpec, tokenizer: str, dump_folder: str) -> list[str]:
     return titan_config.torchtitan_args(cfg, degrees, overrides=overrides)
 
 
+def rank_job(spec: TitanSpec, out_dir: str) -> dict[str, Any]:
+    """What a rank of `spec` runs, derived where it runs (a TPU VM of a launch plan makes its
+    own data): TorchTitan's command line (``args``), the data and tokenizer folders
+    (``assets``), the layout's label, the batch, and the notes of what a local run replaces.
+    TorchTitan's own output goes to ``<out_dir>/titan``."""
+    from ..environment.paths import cache_dir
+    from . import data
+
+    assets = {k: str(v) for k, v in data.assets().items()}
+    cfg = spec.read()
+    degrees = spec.degrees()
+    local, total = titan_config.batch(cfg, degrees, spec.global_batch)
+    seq = spec.seq_len if spec.seq_len is not None else cfg.seq_len
+    return {"args": command(spec, assets["tokenizer"], str(Path(out_dir) / "titan")),
+            "assets": assets, "label": titan_config.strategy_label(degrees),
+            "datasets_cache": str(cache_dir() / "titan" / "hf_datasets"),
+            "notes": cfg.notes + LOCAL_NOTES, "degrees": degrees, "local_batch": local,
+            "global_batch": total, "seq_len": seq, "tokens_per_step": total * seq}
+
+
 _OWN = ("config", "config_name", "ranks", "dp_shard", "tp", "pp", "global_batch", "seq_len",
         "steps", "seed", "device")
 
@@ -164,10 +184,13 @@ _OWN = ("config", "config_name", "ranks", "dp_shard", "tp", "pp", "global_batch"
 def titan_spec(config: str | Path | None = None, ranks: int = 4, *, dp_shard: int | None = None,
                tp: int | None = None, pp: int | None = None, steps: int = 30, seed: int = 0,
                global_batch: int | None = None, seq_len: int | None = None,
-               device: str = "auto", config_name: str | None = None) -> TitanSpec:
+               device: str = "auto", config_name: str | None = None,
+               check_env: bool = True) -> TitanSpec:
     """A :class:`TitanSpec` of `config` (a path, a shipped name such as ``llama3_8b`` or
     TOML text; default :data:`~tpu_workbench.titan.DEFAULT_CONFIG`), validated. Raises
-    SpecError for anything :meth:`TitanSpec.validate` refuses, before any rank starts."""
+    SpecError for anything :meth:`TitanSpec.validate` refuses, before any rank starts
+    (``check_env=False``: not whether TorchTitan is installed here, for a plan of another
+    machine's run)."""
     source = config if config is not None else SHIPPED[DEFAULT_CONFIG]
     cfg = titan_config.read(source, config_name)
     spec = TitanSpec(config=cfg.text, config_name=cfg.name, ranks=ranks, dp_shard=dp_shard,
@@ -179,7 +202,7 @@ def titan_spec(config: str | Path | None = None, ranks: int = 4, *, dp_shard: in
     spec = dataclasses.replace(spec, model=MODEL, preset=cfg.flavor,
                                mode="tpu_eager" if on_tpu else "torch_eager", mesh=mesh,
                                strategy=workbench_strategy(degrees))
-    return spec.validate()
+    return spec.validate(check_env)
 
 
 def workbench_strategy(degrees: dict[str, int]) -> str:

@@ -63,6 +63,10 @@ TRAIN_DATA, HELDOUT_DATA = "workbench_train", "workbench_heldout"
 def main(job_file: str) -> None:
     _die_with_parent()
     job = json.loads(Path(job_file).read_text())
+    from ..titan.spec import TitanSpec, rank_job
+
+    # the job file holds the spec; the rest is derived here (a launch plan's host too)
+    job.update(rank_job(TitanSpec.from_dict(job["spec"]), job.get("dump_to", job["out"])))
     rank = int(os.environ["RANK"])
     log = RankLog(Path(job["out"]), rank)
     log.write({"kind": "hello", "pid": os.getpid()})
