@@ -9,7 +9,7 @@ launcher must:
 - the device: TorchTitan picks the first accelerator torch reports and falls back to
   ``"cuda"`` with none; here it is set to ``cpu`` (gloo, a device module that answers
   TorchTitan's memory questions with "not measured") or, on a TPU VM, to TorchTPU's ``tpu``
-  (``tpu_dist``, not checked here: no chip);
+  (``tpu_dist``, its device module through ``torch.accelerator``; not checked here: no chip);
 - the data: the workbench's text and tokenizer (:mod:`tpu_workbench.titan.data`) registered in
   TorchTitan's own dataset table, read by its own dataset and tokenizer classes;
 - two fixes for a CPU over gloo: FSDP2's gradient reduction as a plain sum (gloo has no
@@ -56,6 +56,11 @@ RELIES_ON: tuple[str, ...] = (
     "torch.distributed.fsdp.FSDPModule.set_force_sum_reduction_for_comms",
     "torch.distributed.distributed_c10d._set_pg_timeout",
     "torch.distributed.tensor.DTensor.from_local",
+    # the TPU device module (_tpu_module)
+    "torch.accelerator.set_device_index", "torch.accelerator.device_count",
+    "torch.accelerator.current_device_index", "torch.accelerator.synchronize",
+    "torch.accelerator.reset_peak_memory_stats", "torch.accelerator.empty_cache",
+    "torch.accelerator.memory_stats", "torch.accelerator.is_available",
 )
 TRAIN_DATA, HELDOUT_DATA = "workbench_train", "workbench_heldout"
 
@@ -127,11 +132,29 @@ def _train(job: dict[str, Any], rank: int, log: RankLog) -> dict[str, Any]:
 
 
 def _set_device(device: str) -> None:
-    import torch
     import torchtitan.tools.utils as utils
 
     utils.device_type = device
-    utils.device_module = torch.tpu if device == "tpu" else _cpu_module()
+    utils.device_module = _tpu_module() if device == "tpu" else _cpu_module()
+
+
+def _tpu_module() -> types.SimpleNamespace:
+    """What TorchTitan asks its device module, for TorchTPU: through ``torch.accelerator``
+    (torch_tpu 0.2.0's own ``torch.tpu.device_count()`` and ``current_device()`` raise from
+    user code; notes/torch_tpu.md), its name and properties from ``torch.tpu``. Not run here:
+    no chip."""
+    import torch
+
+    acc = torch.accelerator
+    return types.SimpleNamespace(
+        set_device=lambda device=None: acc.set_device_index(getattr(device, "index", device)),
+        device_count=acc.device_count, current_device=acc.current_device_index,
+        get_device_name=lambda device=None: torch.tpu.get_device_name(),
+        get_device_properties=lambda device=None: torch.tpu.get_device_properties(),
+        synchronize=lambda device=None: acc.synchronize(),
+        reset_peak_memory_stats=lambda device=None: acc.reset_peak_memory_stats(),
+        empty_cache=acc.empty_cache, memory_stats=lambda device=None: acc.memory_stats(),
+        is_available=acc.is_available)
 
 
 def _cpu_module() -> types.SimpleNamespace:
