@@ -376,9 +376,12 @@ def _(titan_runs):
               "share for the same layout (its one memory convention: 16 bytes a parameter, "
               "split as the layout splits weights, the rule every fit table here uses). "
               "Measured over estimated, largest rank: "
-              + ", ".join(f"{k} {v:g}" for k, v in _ratio.items())
-              + ". Above 1 where a layout keeps something whole on every rank (TP and 2D keep "
-                "the norms whole; FSDP2 pads a dimension to a multiple of its ranks)."),
+              + ", ".join(f"{k}: {v:g}" for k, v in _ratio.items()) + ". "
+              + (("Above 1 for " + ", ".join(_ratio[_ratio > 1].index) + ": what a layout "
+                  "keeps whole on every rank (the norms, under TP) or pads (FSDP2 rounds a "
+                  "dimension up to a multiple of its ranks), which the estimate splits evenly.")
+                 if (_ratio > 1).any() else "The estimate is the measured share on every "
+                 "layout.")),
     ])
     return
 

@@ -52,4 +52,5 @@ def titan_memory(frame: pd.DataFrame) -> alt.Chart:
         column=alt.Column("strategy:N", title=None),
         tooltip=["strategy", "source", "rank", "part", alt.Tooltip("MB:Q", format=".2f")],
     ).properties(width=130, height=220,
-                 title="training state per rank: measured shards beside the estimate")
+                 title="training state per rank: measured shards beside the estimate"
+                 ).resolve_scale(x="independent")  # each layout its own ranks
