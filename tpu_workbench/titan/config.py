@@ -44,7 +44,7 @@ KEYS: dict[str, dict[str, Key]] = {
         "save_memory_snapshot_folder": ("arg", "profiler.save_memory_snapshot_folder", "str"),
     },
     "metrics": {
-        "log_freq": ("local", "1: the workbench records every step", "int"),
+        "log_freq": ("local", "log_freq 1 (the workbench records every step)", "int"),
         "disable_color_printing": ("arg", "metrics.disable_color_printing", "bool"),
         "enable_tensorboard": ("arg", "metrics.enable_tensorboard", "bool"),
         "save_tb_folder": ("arg", "metrics.save_tb_folder", "str"),
