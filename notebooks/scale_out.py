@@ -400,8 +400,8 @@ def _():
                           f"{r.batch_size}): {r.compiler_memory_gb:.1f} GB per chip, "
                           f"{r.predicted_step_ms / 1e3:.2f} s a step predicted."
                           for r in _fit.itertuples()) or "No recorded plan fits.")
-              + "".join(f" {r.titan_config} on a {r.slice} ({r.titan_layout}) does not fit: "
-                        f"{r.reason}." for r in titan_plans[~titan_plans["fits"]].itertuples())
+              + "".join(f" {r.titan_config} on a {r.slice} ({r.titan_layout}): {r.reason}."
+                        for r in titan_plans[~titan_plans["fits"]].itertuples())
               + " Recorded by `scripts/bench_titan.py --plan --record` ("
               + ", ".join(sorted(set(titan_plans["recorded_at"].astype(str))))
               + "; libtpu " + ", ".join(sorted(set(titan_plans["libtpu"].dropna().astype(str))))

@@ -102,7 +102,7 @@ def _titan(args: argparse.Namespace, slices: list[str]) -> int:
         c for c in SHOWN[3:] if c in frame and frame[c].notna().any()]]
     print(frame[shown].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for _, r in frame[~frame["fits"].astype(bool)].iterrows():
-        print(f"  {r['slice']} {r['titan_layout']}: does not fit: {r['reason']}")
+        print(f"  {r['slice']} {r['titan_layout']}: {r['reason']}")
     print("TorchTitan -> plan: " + row["titan_notes"])
     if frame.attrs.get("assumptions"):
         print("Assumptions:\n" + "\n".join(f"  - {a}" for a in frame.attrs["assumptions"]))

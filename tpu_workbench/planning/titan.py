@@ -76,7 +76,8 @@ def titan_plan(config: str | Path, slices: Sequence[str] = ("v6e-8",), *,
     shipped name such as ``llama3_8b``, or TOML text) on each of `slices`, plus
     :data:`TITAN_COLUMNS` (the config, TorchTitan's layout on that slice, its degrees, what the
     mapping assumed). A slice whose chips cannot hold even the weights and optimizer state by
-    the estimate gets a row that says so, with nothing compiled. SpecError, before anything
+    the estimate gets a row that says so, with nothing compiled, and so does one libtpu fails to
+    compile (``reason`` begins "does not fit:" or "no plan:"). SpecError, before anything
     compiles, for a bad TOML, degrees that do not divide a slice, or what is not modelled."""
     cfg = titan_config.read(config)
     plans = []
@@ -100,14 +101,20 @@ def titan_plan(config: str | Path, slices: Sequence[str] = ("v6e-8",), *,
         try:
             frame = predict(MODEL, PRESETS[cfg.flavor], **kwargs)
         except SpecError as exc:
-            if not str(exc).startswith("no plan fits"):
+            # the estimate refused every plan, or libtpu failed on the program (0.0.51's sort
+            # comparator, u32 against s32, on large fsdp x tp steps): a row that says which
+            if str(exc).startswith("no plan fits"):
+                reason = f"does not fit: {exc}"
+            elif str(exc).startswith("libtpu") and "could not compile" in str(exc):
+                reason = f"no plan: {exc}"
+            else:
                 raise
             frame = pd.DataFrame([{
                 "slice": sl.name, "chip": sl.chip, "chips": sl.chips, "strategy": strategy,
                 "mesh": "x".join(map(str, (sl.chips // (axis or 1), axis) if axis
                                      else (sl.chips,))),
                 "model": MODEL, "preset": PRESETS[cfg.flavor], "batch_size": total,
-                "seq_len": cfg.seq_len, "fits": False, "reason": str(exc), "executions": 0}])
+                "seq_len": cfg.seq_len, "fits": False, "reason": reason, "executions": 0}])
         frame = frame.assign(titan_config=cfg.name,
                              titan_layout=titan_config.strategy_label(degrees),
                              titan_degrees=" x ".join(f"{k} {v}" for k, v in degrees.items()),
