@@ -289,6 +289,134 @@ def _(slice_launch):
 @app.cell(hide_code=True)
 def _():
     mo.md(r"""
+    ## TorchTitan's own trainer: FSDP2, TP and 2D
+
+    [TorchTitan](https://github.com/pytorch/torchtitan) is PyTorch's own trainer for FSDP2,
+    tensor and pipeline parallelism. Here it trains its Llama 3 **debug model** (6 layers,
+    width 256) three ways over gloo ranks under `torchrun`, each its own gang: **FSDP2** (every
+    weight sharded over all ranks), **TP** (every layer split over all ranks) and **2D**
+    (FSDP2 across one mesh axis, TP along the other). The workbench runs TorchTitan's own
+    `Trainer` from its TOML (`tpu-workbench titan`), on text and a tokenizer made here, and
+    streams its metrics into the same records as its own runs; the same seed and global
+    batch for all three.
+    """)
+    return
+
+
+@app.cell
+def _():
+    # All three layouts train when the page opens (or show this environment's stored runs);
+    # smoke runs (CI) train fewer steps of shorter sequences, FSDP2 and TP over 2 ranks.
+    titan_button = mo.ui.run_button(label="train the three layouts again")
+    titan_button
+    return (titan_button,)
+
+
+@app.cell
+def _(titan_button):
+    titan_runs = None
+    _ranks = 2 if SMOKE else 4
+    _layouts = {"FSDP2": dict(ranks=_ranks, dp_shard=_ranks, tp=1),
+                "TP": dict(ranks=_ranks, dp_shard=1, tp=_ranks),
+                "2D": dict(ranks=4, dp_shard=2, tp=2)}
+    try:
+        _specs = [wb.titan_spec(steps=3 if SMOKE else 30, seq_len=32 if SMOKE else None,
+                                global_batch=4 if SMOKE else 8, seed=0, **_d)
+                  for _d in _layouts.values()]
+    except wb.SpecError as _exc:  # no .venv-torchtpu here: say how to get it
+        mo.output.replace(mo.callout(mo.md(f"**TorchTitan cannot run here.** {_exc}"),
+                                     kind="warn"))
+    else:
+        _comparison = SECTIONS.run_live(
+            "titan", titan_button, _specs,
+            chart=lambda f: wb.charts.titan_losses(f, "TorchTitan: training loss, live"),
+            final_chart=False)
+        if _comparison is not None:
+            if _comparison.errors:
+                mo.output.replace(nb.failed_run_callout(
+                    "titan", next(iter(_comparison.errors.values()))))
+            else:
+                titan_runs = _comparison.results
+    return (titan_runs,)
+
+
+@app.cell
+def _(titan_runs):
+    mo.stop(titan_runs is None)
+    _first = wb.titan_first_losses(titan_runs)
+    _worst = float(_first["rel_diff"].max())
+    _fell = bool((_first["heldout_last"] < _first["heldout_first"]).all())
+    mo.vstack([
+        wb.charts.titan_losses(wb.titan_losses(titan_runs)),
+        mo.md(f"{nb.provenance(titan_runs)} The three first losses are within "
+              f"**{_worst:.2%}** of each other (same seed, same global batch of "
+              f"{int(_first['global_batch'].iloc[0])} sequences; each layout initialises "
+              f"its own shards, so not to the bit). The held-out loss "
+              f"{'fell under every layout' if _fell else 'did not fall under every layout'}: "
+              + ", ".join(f"{r.strategy} {r.heldout_first:.3f} to {r.heldout_last:.3f}"
+                          for r in _first.itertuples()) + "."),
+        nb.table(nb.rounded(_first, significant=4),
+                 label="first step's loss per layout, and the held-out loss after the first "
+                       "and the last step (measured on this machine)"),
+    ])
+    return
+
+
+@app.cell
+def _(titan_runs):
+    mo.stop(titan_runs is None)
+    _memory = wb.titan_memory(titan_runs)
+    _state = _memory.groupby(["strategy", "source"], sort=False).apply(
+        lambda g: g.groupby("rank")["bytes"].sum().max(), include_groups=False).unstack()
+    _ratio = (_state["measured"] / _state["estimate"]).round(3)
+    mo.vstack([
+        wb.charts.titan_memory(_memory),
+        mo.md("Per rank, TorchTitan's weights, gradients and AdamW state (its ranks' own "
+              "shards, **measured** from their tensors) against the workbench's **estimated** "
+              "share for the same layout (its one memory convention: 16 bytes a parameter, "
+              "split as the layout splits weights, the rule every fit table here uses). "
+              "Measured over estimated, largest rank: "
+              + ", ".join(f"{k}: {v:g}" for k, v in _ratio.items()) + ". "
+              + (("Above 1 for " + ", ".join(_ratio[_ratio > 1].index) + ": what a layout "
+                  "keeps whole on every rank (the norms, under TP) or pads (FSDP2 rounds a "
+                  "dimension up to a multiple of its ranks), which the estimate splits evenly.")
+                 if (_ratio > 1).any() else "The estimate is the measured share on every "
+                 "layout.")),
+    ])
+    return
+
+
+@app.cell
+def _():
+    titan_plans = wb.titan_recorded_plans()
+    _fit = titan_plans[titan_plans["fits"]]
+    mo.vstack([
+        mo.md("### TorchTitan's Llama-3 configs on a v6e slice\n\n"
+              "`tpu-workbench predict --titan-config llama3_8b --slice v6e-8` reads TorchTitan's "
+              "own TOML (flavor, degrees, batch, sequence length, activation checkpointing) "
+              "and plans it as any model: the step **compiled by libtpu** for the slice, "
+              "never run; the step time **predicted** from the compiled program. "
+              + (" ".join(f"{r.titan_config} on a {r.slice} ({r.titan_layout}, global batch "
+                          f"{r.batch_size}): {r.compiler_memory_gb:.1f} GB per chip, "
+                          f"{r.predicted_step_ms / 1e3:.2f} s a step predicted."
+                          for r in _fit.itertuples()) or "No recorded plan fits.")
+              + "".join(f" {r.titan_config} on a {r.slice} ({r.titan_layout}): {r.reason}."
+                        for r in titan_plans[~titan_plans["fits"]].itertuples())
+              + " Recorded by `scripts/bench_titan.py --plan --record` ("
+              + ", ".join(sorted(set(titan_plans["recorded_at"].astype(str))))
+              + "; libtpu " + ", ".join(sorted(set(titan_plans["libtpu"].dropna().astype(str))))
+              + ")."),
+        nb.table(titan_plans[["titan_config", "slice", "titan_layout", "batch_size", "fits",
+                              "compiler_memory_gb", "predicted_step_ms", "predicted_mfu",
+                              "bottleneck"]],
+                 label="plans of TorchTitan's own Llama-3 TOMLs (compiled by libtpu, not run)"),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
     ## Workshop exercise
 
     A **v5p-64** slice (v5p slices are named by TensorCores, two per chip: look it up in the

@@ -192,6 +192,9 @@ def main(argv: list[str]) -> int:
         os.chdir(ROOT)
         os.execv(args[0], args)
     ensure_chromium()
+    # TorchTitan's runs (the scale-out notebook, `tpu-workbench titan`) start their ranks in
+    # .venv-torchtpu even from the main suite: set it up first (idempotent).
+    setup_torchtpu()
     _run([str(bin_dir / "ruff"), "check", "."])
     _run([str(bin_dir / "lint-imports")])  # imports run only downhill (pyproject.toml)
     _run([str(bin_dir / "marimo"), "check", "--strict", *sorted(

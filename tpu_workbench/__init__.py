@@ -95,6 +95,14 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     "stored_weights": ("generation.runs", "stored_weights"),
     "generation_models": ("generation.spec", "generation_models"),
     "generation_modes": ("generation.spec", "generation_modes"),
+    # TorchTitan
+    "titan": ("titan.runs", "titan"), "titan_spec": ("titan.spec", "titan_spec"),
+    "TitanSpec": ("titan.spec", "TitanSpec"), "titan_config": ("titan.config", "read"),
+    "titan_losses": ("titan.runs", "losses_frame"),
+    "titan_memory": ("titan.runs", "memory_frame"),
+    "titan_first_losses": ("titan.runs", "first_losses"),
+    "titan_plan": ("planning.titan", "titan_plan"),
+    "titan_recorded_plans": ("planning.titan", "recorded_plans"),
     # notebooks
     "run_live": ("notebook", "run_live"), "smoke_mode": ("notebook", "smoke_mode"),
     "image_grid": ("notebook", "image_grid"),

@@ -28,8 +28,10 @@ from .sharding import (
     step_times_per_run,
 )
 from .sweep import sweep_times
+from .titan import titan_losses, titan_memory
 
 __all__ = [
+    "titan_losses", "titan_memory",
     "cache_first_steps", "collective_bytes", "confusion_matrix", "compiles_per_mode", "diff_chart",
     "first_vs_steady", "kernel_errors", "kernel_mix", "kernel_schedule", "layout_grid",
     "loss_curves", "memory_bars", "op_mix", "port_steps", "recompile_timeline", "roofline",

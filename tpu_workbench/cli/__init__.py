@@ -56,6 +56,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = 
                _subcommand("launch", "launch")),
     "port": ("what blocks a model on a TPU, at its line, with the fix tried: findings.csv",
              _subcommand("port", "port")),
+    "titan": ("TorchTitan's own trainer over torchrun ranks (FSDP2, TP, 2D), streamed into "
+              "the workbench's records: losses, memory per rank", _subcommand("titan", "titan")),
     "acceptance": ("on a TPU VM: every 'only on a TPU' item checked, a Markdown + JSON report",
                    _subcommand("acceptance", "acceptance")),
 }

@@ -43,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device mesh over every chip of the slice (default: the "
                              "strategy's: 16 for fsdp on v6e-16, 4x4 for dp_tp)")
     parser.add_argument("--strategy", default="fsdp", help="dp, fsdp, tp or dp_tp")
+    parser.add_argument("--titan-config", default=None,
+                        help="run TorchTitan's trainer on every host instead (--runtime "
+                             "torch_tpu): a TorchTitan TOML or a shipped one (debug_model, "
+                             "llama3_8b...), with --dp-shard / --tp / --steps")
+    parser.add_argument("--dp-shard", type=int, default=None, help="--titan-config: FSDP2")
+    parser.add_argument("--tp", type=int, default=None, help="--titan-config: tensor parallel")
     parser.add_argument("--serve", action="store_true",
                         help="serve --model/--preset with vLLM-TPU instead: the `vllm serve` "
                              "command of `tpu-workbench serve-plan` and `vllm bench serve` at "
@@ -63,12 +69,20 @@ def launch(args: argparse.Namespace) -> int:
         return _serve(args)
     hostnames = [h.strip() for h in args.hostnames.split(",") if h.strip()] \
         if args.hostnames else None
+    titan = None
+    if args.titan_config:
+        from ..environment.chips import get_slice
+        from ..titan.spec import titan_spec
+
+        titan = titan_spec(args.titan_config, get_slice(args.slice).chips,
+                           dp_shard=args.dp_shard, tp=args.tp, steps=args.steps,
+                           device="tpu", check_env=False)
     plan = launch_plan(args.slice, args.runtime, args.via, model=args.model,
                        preset=args.preset, mode=args.mode, steps=args.steps,
                        batch_size=args.batch_size, mesh=args.mesh, strategy=args.strategy,
                        name=args.name, zone=args.zone, project=args.project,
                        cluster=args.cluster, workload=args.workload, hostnames=hostnames,
-                       workdir=args.workdir)
+                       workdir=args.workdir, titan=titan)
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.text(), flush=True)
     if not args.execute:
         return 0

@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="models with embedding tables (dlrm): memory per chip from the "
                              "plan only, instant (default: also the step compiled and timed "
                              "for each plan that fits)")
+    parser.add_argument("--titan-config", default=None,
+                        help="a TorchTitan TOML (or a shipped one: llama3_8b, llama3_70b): its "
+                             "flavor, degrees, batch, sequence length and activation "
+                             "checkpointing replace --model ... --recompute (tpu_workbench."
+                             "planning.titan)")
     parser.add_argument("--out", type=Path, default=Path("predict"), help="output folder")
 
 
@@ -79,6 +84,32 @@ def _embedding_fit(args: argparse.Namespace, slices: list[str],
     return frame
 
 
+def _titan(args: argparse.Namespace, slices: list[str]) -> int:
+    """``--titan-config``: the plan of a TorchTitan TOML on each slice."""
+    from ..planning.titan import titan_plan
+
+    started = time.perf_counter()
+    frame = titan_plan(args.titan_config, slices,
+                       on_progress=lambda m: print(m, file=sys.stderr, flush=True))
+    args.out.mkdir(parents=True, exist_ok=True)
+    tmp = args.out / "predict.csv.tmp"
+    frame.to_csv(tmp, index=False)
+    tmp.replace(args.out / "predict.csv")
+    row = frame.iloc[0]
+    print(f"PREDICTED (not measured) for TorchTitan {row['titan_config']} ({row['preset']}, "
+          f"seq {row['seq_len']}):")
+    shown = ["slice", "titan_layout", "strategy", "mesh", "batch_size", *[
+        c for c in SHOWN[3:] if c in frame and frame[c].notna().any()]]
+    print(frame[shown].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    for _, r in frame[~frame["fits"].astype(bool)].iterrows():
+        print(f"  {r['slice']} {r['titan_layout']}: {r['reason']}")
+    print("TorchTitan -> plan: " + row["titan_notes"])
+    if frame.attrs.get("assumptions"):
+        print("Assumptions:\n" + "\n".join(f"  - {a}" for a in frame.attrs["assumptions"]))
+    print(f"{time.perf_counter() - started:.0f} s; wrote {args.out / 'predict.csv'}")
+    return 0
+
+
 def predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -90,6 +121,8 @@ def predict(args: argparse.Namespace) -> int:
     strategies = [s for s in args.strategy.split(",") if s.strip()]
     if not slices or not strategies:
         raise SpecError("--slice and --strategy need at least one name each")
+    if args.titan_config:
+        return _titan(args, slices)
     from .. import models
 
     family = models.get_model(args.model)

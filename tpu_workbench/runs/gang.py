@@ -61,6 +61,16 @@ def gang_device(spec: ExperimentSpec) -> str:
     return MODES[spec.mode].runtime.gang_device or "cpu"
 
 
+def rank_entry(spec: ExperimentSpec, out_dir: Path) -> tuple[str, str, dict[str, Any]]:
+    """(interpreter, module, job fields) each rank of `spec`'s gang runs: the workbench's own
+    DTensor rank, or what the spec names (a TorchTitan run:
+    :meth:`tpu_workbench.titan.spec.TitanSpec.gang_launch`)."""
+    own = getattr(spec, "gang_launch", None)
+    if own is not None:
+        return own(out_dir)
+    return MODES[spec.mode].runtime.python(), "tpu_workbench.worker.gang", {}
+
+
 def _signal_text(code: int | None) -> str:
     if code is None:
         return "died (exit status unknown)"
@@ -152,19 +162,20 @@ class Gang:
     def _launch(self, message: dict[str, Any]) -> None:
         from ..environment import torchtpu
 
-        spec = ExperimentSpec.from_dict(message["spec"])
+        run = self._current  # the run's own spec: a subclass may name its own ranks
+        spec = run.spec if run is not None else ExperimentSpec.from_dict(message["spec"])
         n = math.prod(spec.mesh)
         device = gang_device(spec)
         self.out_dir = Path(message["out_dir"])
         self.folder = Path(tempfile.mkdtemp(prefix="tpu_workbench_gang_"))
+        python, module, extra = rank_entry(spec, self.out_dir)
         job = self.folder / "job.json"
         job.write_text(json.dumps({"spec": spec.to_dict(), "device": device,
-                                   "out": str(self.folder)}))
+                                   "out": str(self.folder), **extra}))
         self.log_file = self.folder / "torchrun.log"
-        python = MODES[spec.mode].runtime.python()
         self.command = [python, "-m", "torch.distributed.run", "--standalone",
                         f"--nproc_per_node={n}", "--max-restarts=0", "--monitor-interval=0.1",
-                        "-m", "tpu_workbench.worker.gang", str(job)]
+                        "-m", module, str(job)]
         env = {**os.environ, **self.config.env(), "OMP_NUM_THREADS": "1"}
         for key in ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_SPMD"):
             env.pop(key, None)
@@ -261,7 +272,11 @@ class Gang:
                 continue
             times = [got[r]["wall_ms"] if r in got else None for r in range(n)]
             known = [(t, r) for r, t in enumerate(times) if t is not None]
-            rec = {k: v for k, v in got[0].items() if k != "local_loss"}
+            rec = {k: v for k, v in got[0].items() if k not in ("local_loss", "per_rank")}
+            # a rank's own figures besides its time (``per_rank``: its memory) as lists
+            for key in got[0].get("per_rank") or {}:
+                rec[f"rank_{key}"] = [(got[r].get("per_rank") or {}).get(key) if r in got
+                                      else None for r in range(n)]
             self._emit({"kind": "step", **rec, "rank_wall_ms": times,
                         "rank_loss": [got[r]["local_loss"] if r in got else None
                                       for r in range(n)],

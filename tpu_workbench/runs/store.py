@@ -51,14 +51,15 @@ def fingerprint(config: RuntimeConfig, spec: ExperimentSpec | None = None) -> di
     spec holds only the ref, and an edited file (or helper) is another model. The workbench's
     own families are covered by the source hash.
     """
-    python = config.runtime.python()
+    own = getattr(spec, "worker_python", None)  # a spec whose processes run elsewhere
+    python = own() if own is not None else config.runtime.python()
     env = {**os.environ, **config.env()}
     flags = env.get("XLA_FLAGS", "") if config.runtime.xla else ""
     model_source = source_digest(spec.model) if spec is not None else None
     return {
         "runtime": config.label(),
         "python": _python_version(python),
-        "packages": dict(_versions(python)),
+        "packages": dict(_versions(python, *getattr(spec, "packages", ()))),
         "device": _device(config),
         "xla_flags": " ".join(flags.split()),
         "host_cpu": _host_cpu(),
@@ -184,10 +185,11 @@ def _canonical(d: dict[str, Any]) -> str:
 
 
 @functools.cache
-def _versions(python: str) -> tuple[tuple[str, str | None], ...]:
+def _versions(python: str, *extra: str) -> tuple[tuple[str, str | None], ...]:
+    names = (*PACKAGES, *extra)
     if python == sys.executable:  # a lookup by name: walking every distribution took 0.1-0.4 s
         found_here: dict[str, str | None] = {}
-        for name in PACKAGES:
+        for name in names:
             try:
                 found_here[name] = metadata.version(name)
             except metadata.PackageNotFoundError:
@@ -197,7 +199,7 @@ def _versions(python: str) -> tuple[tuple[str, str | None], ...]:
     lib = Path(python).resolve().parent.parent / "lib"
     paths = [str(p) for p in lib.glob("python*/site-packages")] or [
         str(p) for p in (Path(python).parent.parent / "lib").glob("python*/site-packages")]
-    found: dict[str, str | None] = dict.fromkeys(PACKAGES)
+    found: dict[str, str | None] = dict.fromkeys(names)
     for dist in metadata.distributions(path=paths):
         name = (dist.metadata["Name"] or "").lower().replace("-", "_")
         if name in found and found[name] is None:
@@ -224,7 +226,8 @@ def _device(config: RuntimeConfig) -> dict[str, Any]:
 # specs; and this project's Pallas kernels (:func:`kernels_package`).
 PACKAGE = Path(__file__).resolve().parents[1]  # tpu_workbench/
 MEASURING_SOURCE = ("worker", "models", "sharding", "runs/spec.py", "generation/spec.py",
-                    "generation/analysis.py")
+                    "generation/analysis.py", "titan/config.py", "titan/data.py",
+                    "titan/spec.py")
 # Files only this project's top-level ``kernels`` has (``kernels`` is also a Hugging Face
 # package's name): minGPT's attention="pallas" imports kernels.torch_bridge.
 KERNELS_MARKERS = ("torch_bridge.py", "flash_attention.py")

@@ -44,6 +44,7 @@ VIAS: dict[str, str] = {
 _RUNTIME_OF = {r.launch_name: r for r in Runtime if r.launch_name}  # "torch_xla" -> Runtime.XLA
 DEFAULT_MODE = {"torch_xla": "compile", "torch_tpu": "tpu_compile"}
 MASTER_PORT = 29500  # torchrun's and TorchTPU's default rendezvous port
+TITAN_MODULE = "tpu_workbench.worker.titan"  # TorchTitan's trainer, one rank per chip
 GANG_MODULE = "tpu_workbench.worker.gang"  # the rank program torchrun starts: one per chip,
 # reading its job (spec, device, records folder) from the JSON file named by its argument
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attributes"
@@ -209,11 +210,15 @@ def _program(rt: Runtime, via: str, sl: Slice, spec: dict[str, Any], rank: int |
     job = {"spec": {**{k: spec[k] for k in ("model", "preset", "mode", "steps", "batch_size",
                                             "mesh", "strategy")}, "device": "tpu"},
            "device": "tpu", "out": out}
+    module = GANG_MODULE
+    if spec.get("titan"):  # TorchTitan's trainer: its rank program reads a TitanSpec
+        job = {"spec": spec["titan"], "device": "tpu", "out": out}
+        module = TITAN_MODULE
     lookups.append(f"mkdir -p {_word(out)} && printf %s "
                    f"{_word(json.dumps(job, separators=(',', ':')))} > {_word(out)}/job.json")
     argv = [torchrun, "--nnodes", str(sl.hosts), "--node_rank", rank, "--nproc_per_node",
             str(sl.chips_per_host), "--master_addr", master, "--master_port", str(MASTER_PORT),
-            "-m", GANG_MODULE, f"{out}/job.json"]
+            "-m", module, f"{out}/job.json"]
     return env, argv, lookups
 
 
@@ -238,7 +243,7 @@ def launch_plan(slice_name: str, runtime: str = "torch_xla", via: str = "gcloud"
                 name: str | None = None, zone: str | None = None, project: str | None = None,
                 cluster: str | None = None, workload: str | None = None,
                 hostnames: Sequence[str] | None = None, workdir: str = "tpu-workbench",
-                check_model: bool = True) -> LaunchPlan:
+                check_model: bool = True, titan: Any = None) -> LaunchPlan:
     """The commands and environment that run one experiment on every host of `slice_name`.
 
     `runtime`: ``torch_xla`` (each host runs ``tpu-workbench shard`` with ``PJRT_DEVICE=TPU``
@@ -250,6 +255,11 @@ def launch_plan(slice_name: str, runtime: str = "torch_xla", via: str = "gcloud"
     `hostnames` (host 0 first) makes every address literal; without them each host finds
     them when it starts. The spec options (`model` ... `strategy`) are those of
     ``tpu-workbench bench``/``shard``; `mesh` must cover the slice's chips exactly.
+
+    `titan`: a :class:`~tpu_workbench.titan.spec.TitanSpec` over the slice's chips
+    (``titan_spec(..., ranks=<chips>, device="tpu", check_env=False)``): each host runs
+    TorchTitan's trainer (:mod:`tpu_workbench.worker.titan`) instead of the workbench's rank,
+    with the spec's TOML, degrees and steps; ``runtime`` must be ``torch_tpu``.
 
     Raises :class:`SpecError` naming what would be valid for an unknown slice, topology, chip,
     runtime, launcher, mode, strategy, or a mesh that is not the slice's, before anything runs.
@@ -270,14 +280,22 @@ def launch_plan(slice_name: str, runtime: str = "torch_xla", via: str = "gcloud"
         raise SpecError(f"steps must be a positive int, got {steps!r}")
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
         raise SpecError(f"batch_size must be a positive int or None, got {batch_size!r}")
-    shape = check_mesh(mesh, strategy, sl)
+    if titan is not None:
+        if runtime != "torch_tpu" or titan.ranks != sl.chips:
+            raise SpecError(f"TorchTitan runs on TorchTPU over every chip: --runtime torch_tpu "
+                            f"and {sl.chips} ranks on {sl.name} (got {runtime}, "
+                            f"{titan.ranks} ranks)")
+        model, preset, mode, steps = titan.model, titan.preset, "tpu_eager", titan.steps
+        mesh, strategy, batch_size, check_model = titan.mesh, titan.strategy, None, False
+    shape = check_mesh(mesh, strategy, sl) if titan is None else tuple(titan.mesh)
     if hostnames is not None and len(hostnames) != sl.hosts:
         raise SpecError(f"{len(hostnames)} hostname(s) given but {sl.name} has {sl.hosts} "
                         f"host(s); give one per host, host 0 first")
     if check_model:
         check_spec_options(model, preset, shape, strategy, batch_size)
     spec = {"model": model, "preset": preset, "mode": mode, "steps": steps,
-            "batch_size": batch_size, "mesh": list(shape), "strategy": strategy}
+            "batch_size": batch_size, "mesh": list(shape), "strategy": strategy,
+            **({"titan": titan.compact()} if titan is not None else {})}
     name = name or f"workbench-{sl.name}"
     _check_name("TPU name", name)
     notes = [RUNTIMES[runtime], VIAS[via]]
